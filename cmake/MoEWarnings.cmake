@@ -1,0 +1,15 @@
+# moe_target_warnings(target): the project's warning set, errors when MOE_WARNINGS_AS_ERRORS is on.
+# Also forbids fast-math style flags from leaking in: moe_sum's bit-exactness depends on IEEE arithmetic.
+function(moe_target_warnings target)
+  set(cxx_flags -Wall -Wextra -Wpedantic -Wshadow -Wconversion -Wno-sign-conversion)
+  if(MOE_WARNINGS_AS_ERRORS)
+    list(APPEND cxx_flags -Werror)
+  endif()
+  target_compile_options(${target} PRIVATE
+    $<$<COMPILE_LANGUAGE:CXX>:${cxx_flags} -fno-fast-math>
+    $<$<COMPILE_LANGUAGE:C>:-Wall -Wextra -Wpedantic $<$<BOOL:${MOE_WARNINGS_AS_ERRORS}>:-Werror>>)
+  if(CMAKE_CUDA_COMPILER)
+    target_compile_options(${target} PRIVATE
+      $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra $<$<BOOL:${MOE_WARNINGS_AS_ERRORS}>:-Werror=all-warnings -Xcompiler=-Werror>>)
+  endif()
+endfunction()

@@ -1,0 +1,44 @@
+// moe-routing: the CPU reference, the oracle every backend is tested against. Plain serial code on host
+// memory, written to be obviously right. Same arguments, checks and results as the calls in routing.hpp
+// (see routing.h for the semantics), whatever backend the library was built for.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "moe/routing.hpp"
+
+namespace moe {
+namespace reference {
+
+// Workspace bytes reference::align_block_size needs (host memory): one counter per expert.
+std::size_t align_workspace_size(std::int64_t numel, std::int32_t num_experts, std::int32_t block_size);
+
+void align_block_size(const void* topk_ids, moe_dtype_t id_type, std::int64_t numel, std::int32_t num_experts,
+                      std::int32_t block_size, std::int32_t* sorted_token_ids, std::int32_t* expert_ids,
+                      std::int32_t* num_tokens_post_pad, void* workspace, std::size_t workspace_bytes);
+
+void sum(const void* input, moe_dtype_t dtype, std::int64_t num_tokens, std::int32_t topk, std::int64_t hidden,
+         void* output);
+
+template <class IdT>
+void align_block_size(const IdT* topk_ids, std::int64_t numel, std::int32_t num_experts, std::int32_t block_size,
+                      std::int32_t* sorted_token_ids, std::int32_t* expert_ids, std::int32_t* num_tokens_post_pad,
+                      void* workspace, std::size_t workspace_bytes) {
+  align_block_size(static_cast<const void*>(topk_ids), dtype_of<IdT>::value, numel, num_experts, block_size,
+                   sorted_token_ids, expert_ids, num_tokens_post_pad, workspace, workspace_bytes);
+}
+
+template <class T>
+void sum(const T* input, std::int64_t num_tokens, std::int32_t topk, std::int64_t hidden, T* output) {
+  sum(static_cast<const void*>(input), dtype_of<T>::value, num_tokens, topk, hidden, static_cast<void*>(output));
+}
+
+// The scalar rules of moe_sum, exposed so callers and tests can reason about single values.
+float half_to_float(half_t h) noexcept;
+float bfloat16_to_float(bfloat16_t b) noexcept;
+half_t float_to_half(float f) noexcept;          // round to nearest even; NaN -> 0x7E00
+bfloat16_t float_to_bfloat16(float f) noexcept;  // round to nearest even; NaN -> 0x7FC0
+
+}  // namespace reference
+}  // namespace moe

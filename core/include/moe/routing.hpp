@@ -1,0 +1,114 @@
+// moe-routing: C++ API, the primary interface. Typed, templated on id and value types; every failure throws
+// moe::Error carrying the moe_status_t and a text naming the argument at fault. Semantics, shapes, edge cases
+// and errors of each call are documented once, in routing.h, next to the C declaration they mirror.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+
+#include "moe/routing.h"
+
+namespace moe {
+
+class Error : public std::runtime_error {
+ public:
+  Error(moe_status_t status, const std::string& what) : std::runtime_error(what), status_(status) {}
+  moe_status_t status() const noexcept { return status_; }
+
+ private:
+  moe_status_t status_;
+};
+
+// Storage types for the 16-bit floats: the bits, nothing more. Layout-compatible with __half,
+// __nv_bfloat16, hip_bfloat16, Eigen::half, ... (reinterpret_cast pointers to these).
+struct half_t {
+  std::uint16_t bits;
+};
+struct bfloat16_t {
+  std::uint16_t bits;
+};
+
+// dtype_of<T>::value: the moe_dtype_t of a C++ type, for the types the library takes.
+template <class T> struct dtype_of;
+template <> struct dtype_of<std::int8_t> : std::integral_constant<moe_dtype_t, MOE_INT8> {};
+template <> struct dtype_of<std::uint8_t> : std::integral_constant<moe_dtype_t, MOE_UINT8> {};
+template <> struct dtype_of<std::int16_t> : std::integral_constant<moe_dtype_t, MOE_INT16> {};
+template <> struct dtype_of<std::int32_t> : std::integral_constant<moe_dtype_t, MOE_INT32> {};
+template <> struct dtype_of<std::int64_t> : std::integral_constant<moe_dtype_t, MOE_INT64> {};
+template <> struct dtype_of<float> : std::integral_constant<moe_dtype_t, MOE_FLOAT32> {};
+template <> struct dtype_of<half_t> : std::integral_constant<moe_dtype_t, MOE_FLOAT16> {};
+template <> struct dtype_of<bfloat16_t> : std::integral_constant<moe_dtype_t, MOE_BFLOAT16> {};
+
+std::size_t dtype_size(moe_dtype_t dtype);  // bytes of one element; throws for an unknown dtype
+
+const char* backend_name() noexcept;
+void check_backend();  // throws moe::Error(MOE_ERROR_BACKEND) with the reason when the backend cannot run here
+
+// Memory of the backend's space (see routing.h).
+void* malloc(std::size_t bytes);
+void free(void* ptr) noexcept;
+void copy_to_device(void* dst, const void* src, std::size_t bytes);
+void copy_to_host(void* dst, const void* src, std::size_t bytes);
+void synchronize(void* stream = nullptr);
+
+std::int64_t align_max_padded(std::int64_t numel, std::int32_t num_experts, std::int32_t block_size);
+std::int64_t align_max_blocks(std::int64_t numel, std::int32_t num_experts, std::int32_t block_size);
+std::size_t align_workspace_size(std::int64_t numel, std::int32_t num_experts, std::int32_t block_size);
+
+// Type-erased forms (what the C API and the typed templates call).
+void align_block_size(const void* topk_ids, moe_dtype_t id_type, std::int64_t numel, std::int32_t num_experts,
+                      std::int32_t block_size, std::int32_t* sorted_token_ids, std::int32_t* expert_ids,
+                      std::int32_t* num_tokens_post_pad, void* workspace, std::size_t workspace_bytes,
+                      void* stream = nullptr);
+void sum(const void* input, moe_dtype_t dtype, std::int64_t num_tokens, std::int32_t topk, std::int64_t hidden,
+         void* output, void* stream = nullptr);
+
+// Typed forms. IdT: int8_t, uint8_t, int16_t, int32_t, int64_t. T: float, half_t, bfloat16_t.
+template <class IdT>
+void align_block_size(const IdT* topk_ids, std::int64_t numel, std::int32_t num_experts, std::int32_t block_size,
+                      std::int32_t* sorted_token_ids, std::int32_t* expert_ids, std::int32_t* num_tokens_post_pad,
+                      void* workspace, std::size_t workspace_bytes, void* stream = nullptr) {
+  static_assert(std::is_integral<IdT>::value, "topk_ids must be an integer type");
+  align_block_size(static_cast<const void*>(topk_ids), dtype_of<IdT>::value, numel, num_experts, block_size,
+                   sorted_token_ids, expert_ids, num_tokens_post_pad, workspace, workspace_bytes, stream);
+}
+
+template <class T>
+void sum(const T* input, std::int64_t num_tokens, std::int32_t topk, std::int64_t hidden, T* output,
+         void* stream = nullptr) {
+  sum(static_cast<const void*>(input), dtype_of<T>::value, num_tokens, topk, hidden, static_cast<void*>(output),
+      stream);
+}
+
+// Owning buffer in the backend's memory space (move-only). Handy for applications and tests.
+template <class T>
+class device_buffer {
+ public:
+  device_buffer() = default;
+  explicit device_buffer(std::size_t count) : ptr_(static_cast<T*>(moe::malloc(count * sizeof(T)))), size_(count) {}
+  device_buffer(const device_buffer&) = delete;
+  device_buffer& operator=(const device_buffer&) = delete;
+  device_buffer(device_buffer&& o) noexcept : ptr_(o.ptr_), size_(o.size_) { o.ptr_ = nullptr, o.size_ = 0; }
+  device_buffer& operator=(device_buffer&& o) noexcept {
+    if (this != &o) {
+      moe::free(ptr_);
+      ptr_ = o.ptr_, size_ = o.size_;
+      o.ptr_ = nullptr, o.size_ = 0;
+    }
+    return *this;
+  }
+  ~device_buffer() { moe::free(ptr_); }
+
+  T* data() const noexcept { return ptr_; }
+  std::size_t size() const noexcept { return size_; }
+  std::size_t bytes() const noexcept { return size_ * sizeof(T); }
+
+ private:
+  T* ptr_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+}  // namespace moe

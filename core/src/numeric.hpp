@@ -1,0 +1,108 @@
+// The scalar rules of moe_sum, written once and compiled for host and device alike, so that every backend
+// produces the same bits: widen to fp32 exactly, accumulate in order, round once to nearest even, and write
+// any NaN as the type's canonical quiet NaN (NaN payloads propagate differently on CPUs and GPUs).
+#pragma once
+
+#include <cstdint>
+
+#if defined(__CUDACC__) || defined(__HIPCC__)
+#define MOE_HD __host__ __device__ __forceinline__
+#else
+#define MOE_HD inline
+#endif
+
+namespace moe {
+namespace numeric {
+
+constexpr std::uint32_t kCanonicalNanF32 = 0x7FC00000u;
+constexpr std::uint16_t kCanonicalNanF16 = 0x7E00u;
+constexpr std::uint16_t kCanonicalNanBF16 = 0x7FC0u;
+
+MOE_HD std::uint32_t f32_bits(float f) {
+  std::uint32_t u;
+  __builtin_memcpy(&u, &f, sizeof u);
+  return u;
+}
+MOE_HD float f32_from_bits(std::uint32_t u) {
+  float f;
+  __builtin_memcpy(&f, &u, sizeof f);
+  return f;
+}
+MOE_HD bool is_nan_bits(std::uint32_t u) { return (u & 0x7FFFFFFFu) > 0x7F800000u; }
+
+// The fp32 accumulator written as fp32: only NaN changes.
+MOE_HD std::uint32_t f32_out_bits(float acc) {
+  const std::uint32_t u = f32_bits(acc);
+  return is_nan_bits(u) ? kCanonicalNanF32 : u;
+}
+
+MOE_HD float bf16_to_f32(std::uint16_t b) { return f32_from_bits(std::uint32_t{b} << 16); }
+
+MOE_HD std::uint16_t f32_to_bf16(float f) {
+  std::uint32_t u = f32_bits(f);
+  if (is_nan_bits(u)) return kCanonicalNanBF16;
+  u += 0x7FFFu + ((u >> 16) & 1u);  // round to nearest even; overflow correctly carries into infinity
+  return static_cast<std::uint16_t>(u >> 16);
+}
+
+MOE_HD float f16_to_f32(std::uint16_t h) {
+  const std::uint32_t sign = std::uint32_t{h & 0x8000u} << 16;
+  const std::uint32_t exp = (h >> 10) & 0x1Fu;
+  std::uint32_t mant = h & 0x3FFu;
+  if (exp == 0x1Fu) return f32_from_bits(sign | 0x7F800000u | (mant << 13));  // inf / NaN
+  if (exp != 0) return f32_from_bits(sign | ((exp + 112u) << 23) | (mant << 13));
+  if (mant == 0) return f32_from_bits(sign);
+  // subnormal: value = mant * 2^-24, normalise
+  std::uint32_t e = 113u;
+  while ((mant & 0x400u) == 0) {
+    mant <<= 1;
+    --e;
+  }
+  return f32_from_bits(sign | (e << 23) | ((mant & 0x3FFu) << 13));
+}
+
+MOE_HD std::uint16_t f32_to_f16(float f) {
+  const std::uint32_t u = f32_bits(f);
+  const std::uint32_t sign = (u >> 16) & 0x8000u;
+  const std::uint32_t x = u & 0x7FFFFFFFu;
+  if (x > 0x7F800000u) return kCanonicalNanF16;
+  if (x >= 0x477FF000u) return static_cast<std::uint16_t>(sign | 0x7C00u);  // >= 65520 rounds to infinity
+  if (x >= 0x38800000u) {                                                 // normal half: rebias, round
+    std::uint32_t r = x - (112u << 23);
+    r += 0xFFFu + ((r >> 13) & 1u);
+    return static_cast<std::uint16_t>(sign | (r >> 13));
+  }
+  if (x <= 0x33000000u) return static_cast<std::uint16_t>(sign);  // <= 2^-25: ties to even zero
+  // subnormal half: round (mant * 2^(exp-150)) / 2^-24 = mant >> (126 - exp) to nearest even
+  const std::uint32_t mant = (x & 0x7FFFFFu) | 0x800000u;
+  const std::uint32_t shift = 126u - (x >> 23);
+  std::uint32_t r = mant >> shift;
+  const std::uint32_t rem = mant & ((1u << shift) - 1u);
+  const std::uint32_t half = 1u << (shift - 1u);
+  if (rem > half || (rem == half && (r & 1u))) ++r;
+  return static_cast<std::uint16_t>(sign | r);
+}
+
+// Per-type load/store of the accumulation, so kernels are written once for the three types.
+template <class Bits> struct ValueTraits;
+struct F32 {};
+struct F16 {};
+struct BF16 {};
+template <> struct ValueTraits<F32> {
+  using storage = std::uint32_t;
+  static MOE_HD float load(storage s) { return f32_from_bits(s); }
+  static MOE_HD storage store(float acc) { return f32_out_bits(acc); }
+};
+template <> struct ValueTraits<F16> {
+  using storage = std::uint16_t;
+  static MOE_HD float load(storage s) { return f16_to_f32(s); }
+  static MOE_HD storage store(float acc) { return f32_to_f16(acc); }
+};
+template <> struct ValueTraits<BF16> {
+  using storage = std::uint16_t;
+  static MOE_HD float load(storage s) { return bf16_to_f32(s); }
+  static MOE_HD storage store(float acc) { return f32_to_bf16(acc); }
+};
+
+}  // namespace numeric
+}  // namespace moe

@@ -1,0 +1,75 @@
+// align_block_size on random and adversarial inputs, every backend against the reference (and the reference
+// against an independent stable-sort oracle), bit for bit. Sizes cross every code path a backend has:
+// tiny (one launch), mid and large numel, few to 65536 experts.
+#include "support.hpp"
+
+using namespace moe_test;
+
+namespace {
+const std::int32_t kBlockSizes[] = {1, 16, 64, 128, 256};
+}
+
+TEST_CASE("random: numel x experts sweep, 5% dropped ids") {
+  const std::size_t numels[] = {1, 2, 3, 7, 31, 32, 33, 127, 509, 1021, 2053, 4099, 8191, 16411, 65521, 131101};
+  const std::int32_t experts[] = {1, 2, 8, 60, 256, 512, 1024, 1025, 4096, 65536};
+  Rng rng(1);
+  for (std::size_t n : numels)
+    for (std::int32_t E : experts) check_align(uniform_ids<std::int32_t>(n, E, rng, 0.05), E, 64);
+}
+
+TEST_CASE("random: every block size") {
+  Rng rng(2);
+  for (std::int32_t bs : kBlockSizes)
+    for (std::size_t n : {1u, 100u, 5000u, 70000u})
+      for (std::int32_t E : {3, 256, 2000}) check_align(uniform_ids<std::int32_t>(n, E, rng, 0.01), E, bs);
+}
+
+TEST_CASE("random: every id type") {
+  Rng rng(3);
+  for (std::size_t n : {1u, 777u, 40000u}) {
+    check_align(uniform_ids<std::int8_t>(n, 100, rng, 0.1), 100, 16);
+    check_align(uniform_ids<std::uint8_t>(n, 200, rng, 0.1), 200, 16);
+    check_align(uniform_ids<std::int16_t>(n, 3000, rng, 0.1), 3000, 16);
+    check_align(uniform_ids<std::int32_t>(n, 256, rng, 0.1), 256, 16);
+    check_align(uniform_ids<std::int64_t>(n, 256, rng, 0.1), 256, 16);
+    // ids of a narrow type with more experts than the type can name: all valid but the negative ones
+    check_align(uniform_ids<std::int8_t>(n, 65536, rng, 0.1), 65536, 64);
+  }
+}
+
+TEST_CASE("adversarial: skewed, single expert, empty experts, all dropped") {
+  Rng rng(4);
+  for (std::size_t n : {5u, 3000u, 100000u, 524288u}) {
+    for (std::int32_t E : {8, 256, 65536}) {
+      check_align(skewed_ids<std::int32_t>(n, E, rng), E, 64);
+      check_align(skewed_ids<std::int32_t>(n, E, rng, E - 1), E, 16);
+      check_align(std::vector<std::int32_t>(n, E - 1), E, 128);                    // one expert holds all
+      check_align(uniform_ids<std::int32_t>(n, E, rng, 1.0), E, 64);               // every id dropped
+      check_align(uniform_ids<std::int32_t>(n, E, rng, 0.875), E, 64);             // expert parallel, 8 ranks
+    }
+    auto even = uniform_ids<std::int32_t>(n, 128, rng);                           // odd experts empty
+    for (auto& x : even) x = static_cast<std::int32_t>(x & ~1);
+    check_align(even, 128, 64);
+  }
+}
+
+TEST_CASE("router-shaped: tokens x topk distinct experts") {
+  Rng rng(5);
+  for (std::size_t tokens : {1u, 16u, 256u, 4096u, 16384u})
+    for (auto [topk, E] : {std::pair<int, int>{2, 8}, {8, 256}, {6, 160}, {8, 512}})
+      check_align(router_ids<std::int32_t>(tokens, topk, E, rng), E, 64);
+}
+
+TEST_CASE("large: millions of ids") {
+  Rng rng(6);
+  check_align(uniform_ids<std::int32_t>(3000017, 256, rng, 0.02), 256, 64);
+  check_align(skewed_ids<std::int64_t>(2000003, 65536, rng), 65536, 128);
+  check_align(uniform_ids<std::int16_t>(1048583, 8, rng), 8, 16);
+}
+
+TEST_CASE("determinism: repeated calls give identical bits") {
+  Rng rng(7);
+  const auto ids = skewed_ids<std::int32_t>(262147, 256, rng);
+  const AlignResult first = backend_align(ids, 256, 64);
+  for (int rep = 0; rep < 3; ++rep) CHECK(backend_align(ids, 256, 64) == first);
+}
