@@ -5,6 +5,10 @@
 
 #include <cstdint>
 
+#if defined(__CUDACC__) && !defined(__HIPCC__)
+#include <cuda_fp16.h>
+#endif
+
 #if defined(__CUDACC__) || defined(__HIPCC__)
 #define MOE_HD __host__ __device__ __forceinline__
 #else
@@ -18,15 +22,25 @@ constexpr std::uint32_t kCanonicalNanF32 = 0x7FC00000u;
 constexpr std::uint16_t kCanonicalNanF16 = 0x7E00u;
 constexpr std::uint16_t kCanonicalNanBF16 = 0x7FC0u;
 
+// Bit casts. On the device, the intrinsics: a memcpy there can put the value in local memory (seen as an
+// 8-byte stack frame and spills in the fp16 moe_sum kernel).
 MOE_HD std::uint32_t f32_bits(float f) {
+#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
+  return __float_as_uint(f);
+#else
   std::uint32_t u;
   __builtin_memcpy(&u, &f, sizeof u);
   return u;
+#endif
 }
 MOE_HD float f32_from_bits(std::uint32_t u) {
+#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
+  return __uint_as_float(u);
+#else
   float f;
   __builtin_memcpy(&f, &u, sizeof f);
   return f;
+#endif
 }
 MOE_HD bool is_nan_bits(std::uint32_t u) { return (u & 0x7FFFFFFFu) > 0x7F800000u; }
 
@@ -46,22 +60,30 @@ MOE_HD std::uint16_t f32_to_bf16(float f) {
 }
 
 MOE_HD float f16_to_f32(std::uint16_t h) {
-  const std::uint32_t sign = std::uint32_t{h & 0x8000u} << 16;
-  const std::uint32_t exp = (h >> 10) & 0x1Fu;
-  std::uint32_t mant = h & 0x3FFu;
-  if (exp == 0x1Fu) return f32_from_bits(sign | 0x7F800000u | (mant << 13));  // inf / NaN
-  if (exp != 0) return f32_from_bits(sign | ((exp + 112u) << 23) | (mant << 13));
-  if (mant == 0) return f32_from_bits(sign);
-  // subnormal: value = mant * 2^-24, normalise
-  std::uint32_t e = 113u;
-  while ((mant & 0x400u) == 0) {
-    mant <<= 1;
-    --e;
+#if defined(__CUDA_ARCH__)
+  return __half2float(__ushort_as_half(h));  // cvt.f32.f16: exact, like the code below (fewer registers)
+#endif
+  // Exact. Shift exponent and mantissa into place and rebias; subnormals are renormalised by one exact fp32
+  // subtraction (no loop: it would cost registers in the GPU kernels).
+  constexpr std::uint32_t kExpMask = 0x7C00u << 13;
+  std::uint32_t o = std::uint32_t{h & 0x7FFFu} << 13;
+  const std::uint32_t exp = o & kExpMask;
+  o += (127u - 15u) << 23;
+  if (exp == kExpMask) {
+    o += (128u - 16u) << 23;  // inf / NaN: exponent all ones
+  } else if (exp == 0) {
+    o += 1u << 23;
+    o = f32_bits(f32_from_bits(o) - f32_from_bits(113u << 23));
   }
-  return f32_from_bits(sign | (e << 23) | ((mant & 0x3FFu) << 13));
+  return f32_from_bits(o | (std::uint32_t{h & 0x8000u} << 16));
 }
 
 MOE_HD std::uint16_t f32_to_f16(float f) {
+#if defined(__CUDA_ARCH__)
+  // cvt.rn.f16.f32: IEEE round to nearest even, overflow to infinity, subnormals kept: the code below's
+  // results, which the tests compare bit for bit. The branchy software form spilled registers in moe_sum.
+  return f != f ? kCanonicalNanF16 : __half_as_ushort(__float2half_rn(f));
+#endif
   const std::uint32_t u = f32_bits(f);
   const std::uint32_t sign = (u >> 16) & 0x8000u;
   const std::uint32_t x = u & 0x7FFFFFFFu;

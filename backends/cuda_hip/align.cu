@@ -1,0 +1,113 @@
+// align_block_size on the GPU: the launches of each path (align_plan.hpp) on the caller's stream. No
+// allocation, no host synchronisation: graph-capturable. Written once for CUDA and HIP.
+#include "align_kernels.cuh"
+#include "align_plan.hpp"
+#include "backend.hpp"
+#include "dispatch.hpp"
+
+namespace moe {
+namespace backend {
+
+std::size_t align_workspace_size(const detail::AlignShape& shape) { return gpu::make_align_plan(shape).bytes; }
+
+namespace {
+
+using gpu::AlignOut;
+using gpu::AlignPlan;
+using gpu::Digit;
+
+template <class T>
+T* region(void* workspace, std::size_t offset) {
+  return reinterpret_cast<T*>(static_cast<unsigned char*>(workspace) + offset);
+}
+
+std::size_t ints(std::int64_t n) { return static_cast<std::size_t>(n) * sizeof(std::int32_t); }
+
+unsigned blocks_for(std::int64_t work, std::int64_t per_block) {
+  return static_cast<unsigned>((work + per_block - 1) / per_block);
+}
+
+// The three multi-block phases over `segments` warp segments; returns nothing, writes through sink/out.
+template <bool kFill, class Src, class Sink>
+void counting_pass(const AlignPlan& p, const Src& src, int buckets, std::int32_t pad, std::int32_t* table,
+                   std::int32_t* totals, const Sink& sink, const AlignOut& out, std::int32_t* kept,
+                   std::int32_t* expert_hist, gpu::stream_t stream) {
+  const int warps = gpu::kThreads / gpu::device_warp_size();
+  const unsigned grid = blocks_for(p.segments, warps);
+  const std::size_t rows = ints(std::int64_t{warps} * (buckets + 1));
+  gpu::count_kernel<<<grid, gpu::kThreads, rows, stream>>>(src, p.segment, p.segments, buckets, table, expert_hist,
+                                                            p.key_bits);
+  gpu::check_launch("count_kernel");
+  gpu::row_scan_kernel<<<static_cast<unsigned>(buckets), gpu::kThreads, 0, stream>>>(table, p.segments, totals);
+  gpu::check_launch("row_scan_kernel");
+  const std::size_t smem = rows + ints(2 * std::int64_t{buckets} + warps + 1);
+  gpu::scatter_kernel<kFill><<<grid, gpu::kThreads, smem, stream>>>(src, p.segment, p.segments, buckets, pad, table,
+                                                                    totals, sink, out, kept);
+  gpu::check_launch("scatter_kernel");
+}
+
+template <class IdT>
+void align_typed(const detail::AlignShape& s, const detail::AlignArgs& a, const AlignPlan& p, gpu::stream_t stream) {
+  const auto* ids = static_cast<const IdT*>(a.topk_ids);
+  const AlignOut out{a.sorted_token_ids, a.expert_ids, a.num_tokens_post_pad, static_cast<std::int32_t>(s.numel),
+                     s.num_experts,     s.block_size, s.max_padded,          s.max_blocks};
+  void* ws = a.workspace;
+  switch (p.path) {
+    case gpu::AlignPath::kEmpty:
+      gpu::check(gpu::memset_async(a.num_tokens_post_pad, 0, sizeof(std::int32_t), stream), "memset post_pad");
+      return;
+    case gpu::AlignPath::kLatency: {
+      const int warps = p.latency_threads / gpu::device_warp_size();
+      const std::size_t smem = ints(std::int64_t{warps} * (s.num_experts + 1) + 2 * s.num_experts + warps + 1);
+      const gpu::IdSource<IdT> src{ids, s.numel, s.num_experts, Digit{0, gpu::bits_for(s.num_experts)}};
+      gpu::latency_kernel<<<1, p.latency_threads, smem, stream>>>(src, out);
+      gpu::check_launch("latency_kernel");
+      return;
+    }
+    case gpu::AlignPath::kDirect: {
+      const gpu::IdSource<IdT> src{ids, s.numel, s.num_experts, Digit{0, gpu::bits_for(s.num_experts)}};
+      counting_pass<true>(p, src, s.num_experts, s.block_size, region<std::int32_t>(ws, p.table),
+                          region<std::int32_t>(ws, p.totals), gpu::SortedSink{a.sorted_token_ids}, out, nullptr,
+                          nullptr, stream);
+      return;
+    }
+    case gpu::AlignPath::kRadix: {
+      auto* count = region<std::int32_t>(ws, p.expert_count);
+      auto* start = region<std::int32_t>(ws, p.expert_start);
+      auto* padded = region<std::int32_t>(ws, p.expert_padded_start);
+      auto* keys = region<std::int32_t>(ws, p.pair_keys);
+      auto* values = region<std::int32_t>(ws, p.pair_values);
+      auto* scalars = region<std::int32_t>(ws, p.scalars);
+      gpu::check(gpu::memset_async(count, 0, ints(s.num_experts), stream), "memset expert counts");
+      // pass 1: by the low digit, keeping (expert, index) of every kept id; counts per expert on the side
+      const gpu::IdSource<IdT> src{ids, s.numel, s.num_experts, Digit{0, p.lo_bits}};
+      counting_pass<false>(p, src, 1 << p.lo_bits, 1, region<std::int32_t>(ws, p.table1),
+                           region<std::int32_t>(ws, p.totals1), gpu::PairSink{keys, values}, out, &scalars[0],
+                           count, stream);
+      gpu::expert_scan_kernel<<<1, 1024, 0, stream>>>(count, start, padded, scalars, out);
+      gpu::check_launch("expert_scan_kernel");
+      // pass 2: by the high digit, stable, so the order is by expert then index; written padded
+      const gpu::PairSource pairs{keys, values, &scalars[0], Digit{p.lo_bits, p.hi_bits}};
+      counting_pass<false>(p, pairs, 1 << p.hi_bits, 1, region<std::int32_t>(ws, p.table2),
+                           region<std::int32_t>(ws, p.totals2), gpu::PaddedSink{a.sorted_token_ids, start, padded},
+                           out, nullptr, nullptr, stream);
+      const unsigned grid = blocks_for(std::max<std::int64_t>(s.max_padded, s.num_experts * std::int64_t{32}),
+                                       gpu::kThreads * 8);
+      gpu::fill_kernel<<<grid, gpu::kThreads, 0, stream>>>(padded, count, scalars, out);
+      gpu::check_launch("fill_kernel");
+      return;
+    }
+  }
+}
+
+}  // namespace
+
+void align_block_size(const detail::AlignShape& shape, const detail::AlignArgs& args, void* stream) {
+  const AlignPlan plan = gpu::make_align_plan(shape);
+  detail::dispatch_id_type(args.id_type, [&](auto tag) {
+    align_typed<decltype(tag)>(shape, args, plan, gpu::to_stream(stream));
+  });
+}
+
+}  // namespace backend
+}  // namespace moe

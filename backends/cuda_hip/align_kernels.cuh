@@ -1,0 +1,307 @@
+// align_block_size kernels, one source for CUDA and HIP. The algorithm and the paths are described in
+// align_plan.hpp. Sources say where ids come from (the caller's topk_ids, or the (expert, index) pairs of a
+// first radix pass); sinks say where a ranked id goes.
+#pragma once
+
+#include <cstdint>
+
+#include "align_plan.hpp"
+#include "primitives.cuh"
+
+namespace moe {
+namespace gpu {
+
+constexpr int kItems = 8;  // ids each lane loads ahead per batch (loads in flight before the first use)
+
+struct Item {
+  std::int32_t key;    // expert, or -1 for a dropped id
+  std::int32_t value;  // flat index into topk_ids
+};
+
+// ---- sources ---------------------------------------------------------------------------------------------
+// bucket(key) = (key >> shift) & mask, `bits` wide: the whole expert (kDirect/kLatency) or one radix digit.
+struct Digit {
+  int shift, bits;
+  MOE_DEVICE int operator()(std::int32_t key) const { return (key >> shift) & ((1 << bits) - 1); }
+};
+
+template <class IdT>
+struct IdSource {
+  const IdT* ids;
+  std::int64_t n;
+  std::int32_t num_experts;
+  Digit digit;
+  MOE_DEVICE std::int64_t size() const { return n; }
+  MOE_DEVICE Item load(std::int64_t i) const {
+    const auto v = static_cast<std::int64_t>(ids[i]);
+    return {(v >= 0 && v < num_experts) ? static_cast<std::int32_t>(v) : -1, static_cast<std::int32_t>(i)};
+  }
+};
+
+struct PairSource {  // output of the first radix pass: only kept ids, count known on the device
+  const std::int32_t* keys;
+  const std::int32_t* values;
+  const std::int32_t* count;
+  Digit digit;
+  MOE_DEVICE std::int64_t size() const { return *count; }
+  MOE_DEVICE Item load(std::int64_t i) const { return {keys[i], values[i]}; }
+};
+
+// ---- sinks -----------------------------------------------------------------------------------------------
+struct SortedSink {  // final position known: write the index
+  std::int32_t* sorted;
+  MOE_DEVICE void write(std::int32_t pos, const Item& it) const { sorted[pos] = it.value; }
+};
+
+struct PairSink {  // first radix pass: keep (expert, index)
+  std::int32_t* keys;
+  std::int32_t* values;
+  MOE_DEVICE void write(std::int32_t pos, const Item& it) const {
+    keys[pos] = it.key;
+    values[pos] = it.value;
+  }
+};
+
+struct PaddedSink {  // second radix pass: from the unpadded sorted position to the padded one
+  std::int32_t* sorted;
+  const std::int32_t* expert_start;         // unpadded
+  const std::int32_t* expert_padded_start;  // padded
+  MOE_DEVICE void write(std::int32_t pos, const Item& it) const {
+    sorted[expert_padded_start[it.key] + (pos - expert_start[it.key])] = it.value;
+  }
+};
+
+// ---- what every path writes besides the ranked ids -------------------------------------------------------
+struct AlignOut {
+  std::int32_t* sorted;
+  std::int32_t* expert_ids;
+  std::int32_t* post_pad;
+  std::int32_t numel;  // the sentinel
+  std::int32_t num_experts;
+  std::int32_t block_size;
+  std::int64_t max_padded;
+  std::int64_t max_blocks;
+};
+
+MOE_DEVICE std::int32_t round_up(std::int32_t v, std::int32_t m) { return (v + m - 1) / m * m; }
+
+// Padded start of each expert and its count, in any memory. expert_at(p): the expert whose padded range
+// holds position p < total (the largest e with start[e] <= p; empty experts have zero width).
+struct ExpertLayout {
+  const std::int32_t* start;
+  const std::int32_t* count;
+  std::int32_t num_experts;
+  MOE_DEVICE std::int32_t expert_at(std::int32_t p) const {
+    std::int32_t lo = 0, hi = num_experts - 1;
+    while (lo < hi) {
+      const std::int32_t mid = (lo + hi + 1) / 2;
+      if (start[mid] <= p) lo = mid; else hi = mid - 1;
+    }
+    return lo;
+  }
+};
+
+// expert_ids (all of it), the sentinels after each expert's ids, and the tail; `thread`/`threads` spread the
+// work over whatever threads the caller has (one block or a grid).
+__device__ inline void fill_outputs(const ExpertLayout& lay, std::int32_t total, const AlignOut& o,
+                                    std::int64_t thread, std::int64_t threads) {
+  const std::int64_t used_blocks = total / o.block_size;
+  for (std::int64_t b = thread; b < o.max_blocks; b += threads)
+    o.expert_ids[b] = b < used_blocks ? lay.expert_at(static_cast<std::int32_t>(b * o.block_size)) : -1;
+  // padding of expert e: [start + count, round_up(start + count)); one warp per expert, lanes coalesced
+  const std::int64_t warp = thread / kWarpSize, warps = threads / kWarpSize;
+  for (std::int64_t e = warp; e < o.num_experts; e += warps) {
+    const std::int32_t begin = lay.start[e] + lay.count[e];
+    const std::int32_t end = lay.count[e] == 0 ? begin : round_up(begin, o.block_size);
+    for (std::int32_t p = begin + lane_id(); p < end; p += kWarpSize) o.sorted[p] = o.numel;
+  }
+  for (std::int64_t p = total + thread; p < o.max_padded; p += threads) o.sorted[p] = o.numel;
+}
+
+// ---- one warp walking its segment in order ---------------------------------------------------------------
+// Calls step(item) once per kWarpSize consecutive ids, with all lanes together (warp-uniform control flow),
+// after loading kItems steps ahead.
+template <class Src, class Step>
+MOE_DEVICE void warp_walk(const Src& src, std::int64_t begin, std::int64_t end, Step&& step) {
+  const int lane = lane_id();
+  for (std::int64_t base = begin; base < end; base += std::int64_t{kItems} * kWarpSize) {
+    Item items[kItems];
+#pragma unroll
+    for (int j = 0; j < kItems; ++j) {
+      const std::int64_t i = base + j * kWarpSize + lane;
+      items[j] = i < end ? src.load(i) : Item{-1, 0};
+    }
+#pragma unroll
+    for (int j = 0; j < kItems; ++j)
+      if (base + j * kWarpSize < end) step(items[j]);
+  }
+}
+
+// row[bucket] += ids of the segment in that bucket. Optionally also expert_hist[expert] (global atomics,
+// aggregated per warp step): the radix path's per-expert counts.
+template <class Src>
+MOE_DEVICE void warp_count(const Src& src, std::int64_t begin, std::int64_t end, std::int32_t* row,
+                           std::int32_t* expert_hist, int key_bits) {
+  warp_walk(src, begin, end, [&](const Item& it) {
+    const bool valid = it.key >= 0;
+    const int b = valid ? src.digit(it.key) : 0;
+    const lane_mask_t peers = match_bucket(b, valid, src.digit.bits);
+    if (valid && lane_id() == lowest_lane(peers)) row[b] += popc(peers);
+    if (expert_hist != nullptr) {
+      const lane_mask_t same = match_bucket(it.key, valid, key_bits);
+      if (valid && lane_id() == lowest_lane(same)) atomicAdd(&expert_hist[it.key], popc(same));
+    }
+    sync_warp();
+  });
+}
+
+// Writes each id of the segment at row[bucket] + its rank, advancing row[bucket]: stable by construction.
+template <class Src, class Sink>
+MOE_DEVICE void warp_scatter(const Src& src, std::int64_t begin, std::int64_t end, std::int32_t* row,
+                             const Sink& sink) {
+  warp_walk(src, begin, end, [&](const Item& it) {
+    const bool valid = it.key >= 0;
+    const int b = valid ? src.digit(it.key) : 0;
+    const lane_mask_t peers = match_bucket(b, valid, src.digit.bits);
+    const std::int32_t base = valid ? row[b] : 0;
+    sync_warp();  // every lane has read row[b] before its leader advances it
+    if (valid) {
+      const int rank = popc(peers & lanes_below());
+      sink.write(base + rank, it);
+      if (rank == 0) row[b] = base + popc(peers);
+    }
+    sync_warp();
+  });
+}
+
+// ---- kernels ---------------------------------------------------------------------------------------------
+// Shared memory of the multi-block kernels: one row of counters per warp, stride buckets + 1 (odd: the
+// transposed accesses below stay free of bank conflicts).
+
+template <class Src>
+__global__ void __launch_bounds__(kThreads) count_kernel(Src src, std::int64_t segment, std::int64_t segments,
+                                                         int buckets, std::int32_t* table,
+                                                         std::int32_t* expert_hist, int key_bits) {
+  extern __shared__ std::int32_t smem[];
+  const int W = warps_per_block(), stride = buckets + 1;
+  std::int32_t* row = smem + warp_id() * stride;
+  for (int b = lane_id(); b < buckets; b += kWarpSize) row[b] = 0;
+  sync_warp();
+  const std::int64_t seg0 = std::int64_t{blockIdx.x} * W, seg = seg0 + warp_id();
+  const std::int64_t n = src.size();
+  if (seg < segments) warp_count(src, seg * segment, min(n, (seg + 1) * segment), row, expert_hist, key_bits);
+  __syncthreads();
+  for (int t = threadIdx.x; t < W * buckets; t += blockDim.x) {  // table[bucket][segment], coalesced
+    const int w = t % W, b = t / W;
+    if (seg0 + w < segments) table[b * segments + seg0 + w] = smem[w * stride + b];
+  }
+}
+
+// Per bucket (one block each): exclusive prefix over segments in place; the bucket's total to totals.
+__global__ void __launch_bounds__(kThreads) row_scan_kernel(std::int32_t* table, std::int64_t segments,
+                                                            std::int32_t* totals) {
+  __shared__ std::int32_t scratch[kThreads / 32 + 1];
+  const std::int32_t total =
+      block_exclusive_scan(table + blockIdx.x * segments, static_cast<int>(segments), scratch);
+  if (threadIdx.x == 0) totals[blockIdx.x] = total;
+}
+
+// Bucket starts from totals (padded to `pad`), then each warp's row = bucket start + its segment's prefix,
+// then the stable scatter. kFill: also write expert_ids, sentinels and post_pad (kDirect, bucket = expert).
+// kRadix pass 1 (pad 1) stores the number of kept ids in *kept.
+template <bool kFill, class Src, class Sink>
+__global__ void __launch_bounds__(kThreads)
+    scatter_kernel(Src src, std::int64_t segment, std::int64_t segments, int buckets, std::int32_t pad,
+                   const std::int32_t* table, const std::int32_t* totals, Sink sink, AlignOut out,
+                   std::int32_t* kept) {
+  extern __shared__ std::int32_t smem[];
+  const int W = warps_per_block(), stride = buckets + 1;
+  std::int32_t* start = smem + W * stride;  // [buckets]
+  std::int32_t* count = start + buckets;    // [buckets]
+  std::int32_t* scratch = count + buckets;  // [W + 1]
+  for (int b = threadIdx.x; b < buckets; b += blockDim.x) {
+    count[b] = totals[b];
+    start[b] = round_up(count[b], pad);
+  }
+  __syncthreads();
+  const std::int32_t total = block_exclusive_scan(start, buckets, scratch);
+  const std::int64_t seg0 = std::int64_t{blockIdx.x} * W;
+  for (int t = threadIdx.x; t < W * buckets; t += blockDim.x) {
+    const int w = t % W, b = t / W;
+    smem[w * stride + b] = start[b] + (seg0 + w < segments ? table[b * segments + seg0 + w] : 0);
+  }
+  __syncthreads();
+  const std::int64_t seg = seg0 + warp_id(), n = src.size();
+  if (seg < segments) warp_scatter(src, seg * segment, min(n, (seg + 1) * segment), smem + warp_id() * stride, sink);
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    if (kept != nullptr) *kept = total;
+    if (kFill) *out.post_pad = total;
+  }
+  if (kFill)
+    fill_outputs(ExpertLayout{start, count, buckets}, total, out, std::int64_t{blockIdx.x} * blockDim.x + threadIdx.x,
+                 std::int64_t{gridDim.x} * blockDim.x);
+}
+
+// kLatency: the three phases in one block. Rows of counters per warp, then per expert a prefix over warps.
+template <class Src>
+__global__ void __launch_bounds__(1024) latency_kernel(Src src, AlignOut out) {
+  extern __shared__ std::int32_t smem[];
+  const int W = warps_per_block(), E = out.num_experts, stride = E + 1;
+  std::int32_t* start = smem + W * stride;  // [E]
+  std::int32_t* count = start + E;          // [E]
+  std::int32_t* scratch = count + E;        // [W + 1]
+  for (int t = threadIdx.x; t < W * stride; t += blockDim.x) smem[t] = 0;
+  __syncthreads();
+  const std::int64_t n = src.size();
+  const std::int64_t per = (n + W * kWarpSize - 1) / (W * kWarpSize) * kWarpSize;  // whole steps per warp
+  const std::int64_t begin = min(n, warp_id() * per), end = min(n, begin + per);
+  std::int32_t* row = smem + warp_id() * stride;
+  warp_count(src, begin, end, row, static_cast<std::int32_t*>(nullptr), 0);
+  __syncthreads();
+  for (int e = threadIdx.x; e < E; e += blockDim.x) {  // per expert: prefix over warps, in warp order
+    std::int32_t run = 0;
+    for (int w = 0; w < W; ++w) {
+      const std::int32_t c = smem[w * stride + e];
+      smem[w * stride + e] = run;
+      run += c;
+    }
+    count[e] = run;
+    start[e] = round_up(run, out.block_size);
+  }
+  __syncthreads();
+  const std::int32_t total = block_exclusive_scan(start, E, scratch);
+  for (int t = threadIdx.x; t < W * E; t += blockDim.x) smem[(t / E) * stride + t % E] += start[t % E];
+  __syncthreads();
+  warp_scatter(src, begin, end, row, SortedSink{out.sorted});
+  if (threadIdx.x == 0) *out.post_pad = total;
+  fill_outputs(ExpertLayout{start, count, E}, total, out, threadIdx.x, blockDim.x);
+}
+
+// kRadix, between the passes: per-expert unpadded and padded starts, and the padded total.
+__global__ void __launch_bounds__(1024) expert_scan_kernel(const std::int32_t* expert_count, std::int32_t* expert_start,
+                                                           std::int32_t* expert_padded_start, std::int32_t* scalars,
+                                                           AlignOut out) {
+  __shared__ std::int32_t scratch[1024 / 32 + 1];
+  for (int e = threadIdx.x; e < out.num_experts; e += blockDim.x) {
+    expert_start[e] = expert_count[e];
+    expert_padded_start[e] = round_up(expert_count[e], out.block_size);
+  }
+  __syncthreads();
+  block_exclusive_scan(expert_start, out.num_experts, scratch);
+  const std::int32_t total = block_exclusive_scan(expert_padded_start, out.num_experts, scratch);
+  if (threadIdx.x == 0) {
+    scalars[1] = total;
+    *out.post_pad = total;
+  }
+}
+
+// kRadix, last: expert_ids, sentinels, tail.
+__global__ void __launch_bounds__(kThreads) fill_kernel(const std::int32_t* expert_padded_start,
+                                                        const std::int32_t* expert_count,
+                                                        const std::int32_t* scalars, AlignOut out) {
+  fill_outputs(ExpertLayout{expert_padded_start, expert_count, out.num_experts}, scalars[1], out,
+               std::int64_t{blockIdx.x} * blockDim.x + threadIdx.x, std::int64_t{gridDim.x} * blockDim.x);
+}
+
+}  // namespace gpu
+}  // namespace moe

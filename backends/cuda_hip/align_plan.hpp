@@ -1,0 +1,116 @@
+// How align_block_size runs on a GPU for a given shape: which path, how the work is cut, where each scratch
+// array sits in the workspace. A function of the shape alone (never of the device), so that the size the
+// caller queried once stays valid. Plain host C++.
+//
+// The algorithm (every path): a stable counting sort. Work is cut into SEGMENTS of consecutive ids, each
+// owned by one warp that walks it in order, kWarpSize ids per step; lanes with the same bucket find each
+// other with ballots (match_bucket) and take consecutive ranks in lane order. So within a bucket, ids keep
+// their input order without any sort:
+//   count:   each warp counts its segment per bucket          -> table[bucket][segment]
+//   scan:    per bucket, exclusive prefix over segments        -> where each warp starts in each bucket
+//            per bucket, padded exclusive prefix over buckets  -> where each bucket starts in the output
+//   scatter: each warp walks its segment again, writing id i to start + running rank
+// Paths:
+//   kLatency  numel <= kLatencyMaxNumel, experts <= kDirectMaxExperts: all three phases in ONE block of one
+//             launch (per-warp counts in shared memory, no workspace).
+//   kDirect   experts <= kDirectMaxExperts: three launches over the whole GPU, bucket = expert.
+//   kRadix    more experts: two stable passes (low digit, then high digit of the expert, <= 8 bits each,
+//             same kernels), the second pass writing straight into the padded layout.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include "contract.hpp"
+
+namespace moe {
+namespace gpu {
+
+constexpr int kThreads = 256;                       // block size of the multi-block kernels
+constexpr std::int32_t kDirectMaxExperts = 1024;    // per-warp rows of counters fit shared memory up to here
+constexpr std::int64_t kLatencyMaxNumel = 8192;     // one block is faster below this (perf/RESULTS.md)
+constexpr std::int64_t kMinSegment = 256;           // ids per warp at least
+constexpr std::int64_t kMaxSegments = 1 << 16;      // bounds the count table at huge numel
+constexpr std::size_t kAlign = 256;
+
+enum class AlignPath { kEmpty, kLatency, kDirect, kRadix };
+
+inline const char* path_name(AlignPath p) {
+  switch (p) {
+    case AlignPath::kEmpty: return "empty";
+    case AlignPath::kLatency: return "latency";
+    case AlignPath::kDirect: return "direct";
+    case AlignPath::kRadix: return "radix";
+  }
+  return "?";
+}
+
+struct AlignPlan {
+  AlignPath path = AlignPath::kEmpty;
+  int latency_threads = 0;   // kLatency: block size
+  std::int64_t segment = 0;  // kDirect/kRadix: ids per warp segment
+  std::int64_t segments = 0;
+  int lo_bits = 0, hi_bits = 0, key_bits = 0;  // kRadix: digit widths; bits of the largest expert id
+  // workspace regions, byte offsets (kDirect: table, totals; kRadix: all but `table`/`totals`)
+  std::size_t table = 0, totals = 0;
+  std::size_t table1 = 0, totals1 = 0, table2 = 0, totals2 = 0;
+  std::size_t expert_count = 0, expert_start = 0, expert_padded_start = 0, pair_keys = 0, pair_values = 0,
+              scalars = 0;  // scalars: [0] ids kept after dropping, [1] padded total
+  std::size_t bytes = 0;
+};
+
+inline int bits_for(std::int64_t values) {  // bits to name values 0 .. values-1
+  int b = 0;
+  while ((std::int64_t{1} << b) < values) ++b;
+  return b;
+}
+
+inline AlignPlan make_align_plan(const detail::AlignShape& s) {
+  AlignPlan p;
+  const std::int64_t n = s.numel;
+  const std::int32_t E = s.num_experts;
+  if (n == 0) return p;
+  std::size_t cursor = 0;
+  auto take = [&](std::int64_t count, std::size_t elem) {
+    const std::size_t at = cursor;
+    cursor += (static_cast<std::size_t>(count) * elem + kAlign - 1) / kAlign * kAlign;
+    return at;
+  };
+  auto segment_for = [&](std::int64_t buckets) {  // ids per warp: enough that the table stays <= ~numel
+    std::int64_t seg = std::max({kMinSegment, buckets, (n + kMaxSegments - 1) / kMaxSegments});
+    return (seg + 63) / 64 * 64;
+  };
+  if (E <= kDirectMaxExperts && n <= kLatencyMaxNumel) {
+    p.path = AlignPath::kLatency;
+    p.latency_threads = E <= 256 ? 1024 : E <= 512 ? 512 : 256;  // per-warp rows fit in ~40 KB
+  } else if (E <= kDirectMaxExperts) {
+    p.path = AlignPath::kDirect;
+    p.segment = segment_for(E);
+    p.segments = (n + p.segment - 1) / p.segment;
+    p.table = take(p.segments * E, sizeof(std::int32_t));
+    p.totals = take(E, sizeof(std::int32_t));
+  } else {
+    p.path = AlignPath::kRadix;
+    p.key_bits = bits_for(E);
+    p.lo_bits = p.key_bits / 2;
+    p.hi_bits = p.key_bits - p.lo_bits;
+    p.segment = segment_for(std::int64_t{1} << p.hi_bits);
+    p.segments = (n + p.segment - 1) / p.segment;
+    p.table1 = take(p.segments << p.lo_bits, sizeof(std::int32_t));
+    p.totals1 = take(std::int64_t{1} << p.lo_bits, sizeof(std::int32_t));
+    p.table2 = take(p.segments << p.hi_bits, sizeof(std::int32_t));
+    p.totals2 = take(std::int64_t{1} << p.hi_bits, sizeof(std::int32_t));
+    p.expert_count = take(E, sizeof(std::int32_t));
+    p.expert_start = take(E, sizeof(std::int32_t));
+    p.expert_padded_start = take(E, sizeof(std::int32_t));
+    p.pair_keys = take(n, sizeof(std::int32_t));
+    p.pair_values = take(n, sizeof(std::int32_t));
+    p.scalars = take(2, sizeof(std::int32_t));
+  }
+  p.bytes = cursor;
+  return p;
+}
+
+}  // namespace gpu
+}  // namespace moe

@@ -1,0 +1,79 @@
+// The CUDA/HIP backend's memory helpers and availability check. Written once; gpu_runtime.hpp picks CUDA or HIP.
+#include <mutex>
+
+#include "backend.hpp"
+#include "gpu_runtime.hpp"
+
+namespace moe {
+namespace gpu {
+
+int device_warp_size() {
+  static int cached = 0;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    int dev = 0, ws = 0;
+    if (current_device(&dev) == kSuccess && warp_size_attribute(&ws, dev) == kSuccess) cached = ws;
+    (void)get_last_error();
+  });
+  if (cached != 32 && cached != 64)
+    detail::throw_backend(std::string("cannot query the device's warp size (") + kRuntimeName + " device missing?)");
+  return cached;
+}
+
+}  // namespace gpu
+
+namespace {
+__global__ void probe_kernel(int* p) {
+  if (p != nullptr) *p = 1;
+}
+}  // namespace
+
+namespace backend {
+
+const char* name() noexcept {
+#if defined(MOE_GPU_HIP)
+  return "hip";
+#else
+  return "cuda";
+#endif
+}
+
+std::string unavailable_reason() {
+  int n = 0;
+  const gpu::error_t e = gpu::device_count(&n);
+  if (e != gpu::kSuccess) {
+    (void)gpu::get_last_error();
+    return std::string("no usable GPU (") + gpu::kRuntimeName + ": " + gpu::error_string(e) + ")";
+  }
+  if (n == 0) return "no GPU visible";
+  // A kernel image for this device must exist (e.g. a build for sm_90 on an older GPU has none).
+  const gpu::error_t k = gpu::get_last_error();
+  if (k != gpu::kSuccess) return std::string("runtime error: ") + gpu::error_string(k);
+  probe_kernel<<<1, 32>>>(nullptr);
+  const gpu::error_t launch = gpu::get_last_error();
+  if (launch != gpu::kSuccess)
+    return std::string("kernels do not run on this GPU (") + gpu::error_string(launch) +
+           "): rebuild with its architecture in MOE_CUDA_ARCHITECTURES / MOE_HIP_ARCHITECTURES";
+  gpu::check(gpu::stream_synchronize(nullptr), "availability check");
+  return {};
+}
+
+void* allocate(std::size_t bytes) {
+  void* p = nullptr;
+  gpu::check(gpu::malloc(&p, bytes), "moe_malloc");
+  return p;
+}
+void deallocate(void* ptr) noexcept {
+  (void)gpu::free(ptr);
+  (void)gpu::get_last_error();
+}
+void copy_to_device(void* dst, const void* src, std::size_t bytes) {
+  gpu::check(gpu::copy_to_device(dst, src, bytes), "moe_memcpy_to_device");
+}
+void copy_to_host(void* dst, const void* src, std::size_t bytes) {
+  gpu::check(gpu::copy_to_host(dst, src, bytes), "moe_memcpy_to_host");
+}
+void synchronize(void* stream) { gpu::check(gpu::stream_synchronize(gpu::to_stream(stream)), "moe_synchronize"); }
+
+}  // namespace backend
+}  // namespace moe

@@ -1,0 +1,183 @@
+// The one place where CUDA and HIP differ for this backend: a small namespaced layer (moe::gpu) over the
+// runtime calls and warp intrinsics the kernels use. Kernels and host glue are written once against it.
+//   MOE_GPU_HIP defined   -> HIP names (hip/hip_runtime.h): ROCm on AMD, or our own mapping onto CUDA
+//                            (backends/cuda_hip/hip_on_nvidia/) for the HIP-on-NVIDIA build.
+//   otherwise             -> CUDA runtime.
+// Warp size: a compile-time DEVICE value (kWarpSize: 32 on NVIDIA, the wavefront size on AMD) for kernels,
+// and a run-time HOST query (device_warp_size()) for launch geometry. The two are never mixed.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+
+#if defined(MOE_GPU_HIP)
+#include <hip/hip_runtime.h>
+#else
+#include <cuda_runtime.h>
+#endif
+
+#include "contract.hpp"
+
+namespace moe {
+namespace gpu {
+
+// ---- host: runtime calls ---------------------------------------------------------------------------------
+#if defined(MOE_GPU_HIP)
+using error_t = hipError_t;
+using stream_t = hipStream_t;
+constexpr error_t kSuccess = hipSuccess;
+constexpr const char* kRuntimeName = "HIP";
+inline const char* error_string(error_t e) { return hipGetErrorString(e); }
+inline error_t get_last_error() { return hipGetLastError(); }
+inline error_t device_count(int* n) { return hipGetDeviceCount(n); }
+inline error_t current_device(int* d) { return hipGetDevice(d); }
+inline error_t warp_size_attribute(int* v, int dev) {
+  return hipDeviceGetAttribute(v, hipDeviceAttributeWarpSize, dev);
+}
+inline error_t sm_count_attribute(int* v, int dev) {
+  return hipDeviceGetAttribute(v, hipDeviceAttributeMultiprocessorCount, dev);
+}
+inline error_t malloc(void** p, std::size_t n) { return hipMalloc(p, n); }
+inline error_t free(void* p) { return hipFree(p); }
+inline error_t copy_to_device(void* d, const void* s, std::size_t n) { return hipMemcpy(d, s, n, hipMemcpyHostToDevice); }
+inline error_t copy_to_host(void* d, const void* s, std::size_t n) { return hipMemcpy(d, s, n, hipMemcpyDeviceToHost); }
+inline error_t memset_async(void* p, int v, std::size_t n, stream_t s) { return hipMemsetAsync(p, v, n, s); }
+inline error_t stream_synchronize(stream_t s) { return hipStreamSynchronize(s); }
+// streams, events and graphs: for tests and the benchmark (the library itself never creates any)
+using event_t = hipEvent_t;
+using graph_t = hipGraph_t;
+using graph_exec_t = hipGraphExec_t;
+inline error_t stream_create(stream_t* s) { return hipStreamCreateWithFlags(s, hipStreamNonBlocking); }
+inline error_t stream_destroy(stream_t s) { return hipStreamDestroy(s); }
+inline error_t event_create(event_t* e) { return hipEventCreate(e); }
+inline error_t event_destroy(event_t e) { return hipEventDestroy(e); }
+inline error_t event_record(event_t e, stream_t s) { return hipEventRecord(e, s); }
+inline error_t event_synchronize(event_t e) { return hipEventSynchronize(e); }
+inline error_t event_elapsed_ms(float* ms, event_t a, event_t b) { return hipEventElapsedTime(ms, a, b); }
+inline error_t begin_capture(stream_t s) { return hipStreamBeginCapture(s, hipStreamCaptureModeGlobal); }
+inline error_t end_capture(stream_t s, graph_t* g) { return hipStreamEndCapture(s, g); }
+inline error_t graph_instantiate(graph_exec_t* e, graph_t g) { return hipGraphInstantiate(e, g, nullptr, nullptr, 0); }
+inline error_t graph_launch(graph_exec_t e, stream_t s) { return hipGraphLaunch(e, s); }
+inline error_t graph_destroy(graph_t g) { return hipGraphDestroy(g); }
+inline error_t graph_exec_destroy(graph_exec_t e) { return hipGraphExecDestroy(e); }
+inline error_t copy_async(void* d, const void* s, std::size_t n, stream_t st) {
+  return hipMemcpyAsync(d, s, n, hipMemcpyDeviceToDevice, st);
+}
+inline error_t l2_cache_bytes(int* v, int dev) { return hipDeviceGetAttribute(v, hipDeviceAttributeL2CacheSize, dev); }
+inline error_t device_name(std::string* name, int dev) {
+  hipDeviceProp_t p;
+  const error_t e = hipGetDeviceProperties(&p, dev);
+  if (e == kSuccess) *name = p.name;
+  return e;
+}
+#else
+using error_t = cudaError_t;
+using stream_t = cudaStream_t;
+constexpr error_t kSuccess = cudaSuccess;
+constexpr const char* kRuntimeName = "CUDA";
+inline const char* error_string(error_t e) { return cudaGetErrorString(e); }
+inline error_t get_last_error() { return cudaGetLastError(); }
+inline error_t device_count(int* n) { return cudaGetDeviceCount(n); }
+inline error_t current_device(int* d) { return cudaGetDevice(d); }
+inline error_t warp_size_attribute(int* v, int dev) { return cudaDeviceGetAttribute(v, cudaDevAttrWarpSize, dev); }
+inline error_t sm_count_attribute(int* v, int dev) {
+  return cudaDeviceGetAttribute(v, cudaDevAttrMultiProcessorCount, dev);
+}
+inline error_t malloc(void** p, std::size_t n) { return cudaMalloc(p, n); }
+inline error_t free(void* p) { return cudaFree(p); }
+inline error_t copy_to_device(void* d, const void* s, std::size_t n) { return cudaMemcpy(d, s, n, cudaMemcpyHostToDevice); }
+inline error_t copy_to_host(void* d, const void* s, std::size_t n) { return cudaMemcpy(d, s, n, cudaMemcpyDeviceToHost); }
+inline error_t memset_async(void* p, int v, std::size_t n, stream_t s) { return cudaMemsetAsync(p, v, n, s); }
+inline error_t stream_synchronize(stream_t s) { return cudaStreamSynchronize(s); }
+// streams, events and graphs: for tests and the benchmark (the library itself never creates any)
+using event_t = cudaEvent_t;
+using graph_t = cudaGraph_t;
+using graph_exec_t = cudaGraphExec_t;
+inline error_t stream_create(stream_t* s) { return cudaStreamCreateWithFlags(s, cudaStreamNonBlocking); }
+inline error_t stream_destroy(stream_t s) { return cudaStreamDestroy(s); }
+inline error_t event_create(event_t* e) { return cudaEventCreate(e); }
+inline error_t event_destroy(event_t e) { return cudaEventDestroy(e); }
+inline error_t event_record(event_t e, stream_t s) { return cudaEventRecord(e, s); }
+inline error_t event_synchronize(event_t e) { return cudaEventSynchronize(e); }
+inline error_t event_elapsed_ms(float* ms, event_t a, event_t b) { return cudaEventElapsedTime(ms, a, b); }
+inline error_t begin_capture(stream_t s) { return cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal); }
+inline error_t end_capture(stream_t s, graph_t* g) { return cudaStreamEndCapture(s, g); }
+inline error_t graph_instantiate(graph_exec_t* e, graph_t g) { return cudaGraphInstantiate(e, g, 0); }
+inline error_t graph_launch(graph_exec_t e, stream_t s) { return cudaGraphLaunch(e, s); }
+inline error_t graph_destroy(graph_t g) { return cudaGraphDestroy(g); }
+inline error_t graph_exec_destroy(graph_exec_t e) { return cudaGraphExecDestroy(e); }
+inline error_t copy_async(void* d, const void* s, std::size_t n, stream_t st) {
+  return cudaMemcpyAsync(d, s, n, cudaMemcpyDeviceToDevice, st);
+}
+inline error_t l2_cache_bytes(int* v, int dev) { return cudaDeviceGetAttribute(v, cudaDevAttrL2CacheSize, dev); }
+inline error_t device_name(std::string* name, int dev) {
+  cudaDeviceProp p;
+  const error_t e = cudaGetDeviceProperties(&p, dev);
+  if (e == kSuccess) *name = p.name;
+  return e;
+}
+#endif
+
+// Throws moe::Error(MOE_ERROR_BACKEND) naming what failed.
+inline void check(error_t e, const char* what) {
+  if (e != kSuccess)
+    detail::throw_backend(std::string(kRuntimeName) + " error in " + what + ": " + error_string(e));
+}
+// After a launch: launch-configuration errors only (no host synchronisation, legal under graph capture).
+inline void check_launch(const char* kernel) { check(get_last_error(), kernel); }
+
+inline stream_t to_stream(void* s) { return static_cast<stream_t>(s); }
+
+// Run-time host query, cached per process for the current device at first use.
+int device_warp_size();
+
+// ---- device: warp intrinsics -----------------------------------------------------------------------------
+#if defined(__HIP_PLATFORM_AMD__) && defined(__AMDGCN_WAVEFRONT_SIZE)
+constexpr int kWarpSize = __AMDGCN_WAVEFRONT_SIZE;  // device pass: 64 on CDNA (gfx90a, gfx94x), 32 on RDNA
+#elif defined(__HIP_PLATFORM_AMD__)
+constexpr int kWarpSize = 64;  // host pass of an AMD build: kernels are not executed here
+#else
+constexpr int kWarpSize = 32;
+#endif
+using lane_mask_t = std::conditional_t<kWarpSize == 64, std::uint64_t, std::uint32_t>;
+
+#if defined(__CUDACC__) || defined(__HIPCC__)
+#define MOE_DEVICE __device__ __forceinline__
+
+MOE_DEVICE int lane_id() { return static_cast<int>(threadIdx.x) & (kWarpSize - 1); }
+MOE_DEVICE int warp_id() { return static_cast<int>(threadIdx.x) / kWarpSize; }
+MOE_DEVICE int warps_per_block() { return static_cast<int>(blockDim.x) / kWarpSize; }
+MOE_DEVICE lane_mask_t lanes_below() { return (lane_mask_t{1} << lane_id()) - 1; }
+
+MOE_DEVICE int popc(std::uint32_t m) { return __popc(m); }
+MOE_DEVICE int popc(std::uint64_t m) { return __popcll(m); }
+MOE_DEVICE int lowest_lane(std::uint32_t m) { return __ffs(m) - 1; }
+MOE_DEVICE int lowest_lane(std::uint64_t m) { return __ffsll(static_cast<unsigned long long>(m)) - 1; }
+
+#if defined(MOE_GPU_HIP)
+MOE_DEVICE lane_mask_t ballot(bool p) { return static_cast<lane_mask_t>(__ballot(p)); }
+template <class T> MOE_DEVICE T shfl_up(T v, int delta) { return __shfl_up(v, static_cast<unsigned>(delta)); }
+template <class T> MOE_DEVICE T shfl(T v, int src) { return __shfl(v, src); }
+#if defined(__HIP_PLATFORM_AMD__)
+// A wavefront runs in lockstep; what __syncwarp adds is ordering of its lanes' memory accesses, which on
+// AMD is a wavefront-scope fence (ROCm 5.2 has no __syncwarp).
+MOE_DEVICE void sync_warp() {
+  __builtin_amdgcn_fence(__ATOMIC_RELEASE, "wavefront");
+  __builtin_amdgcn_wave_barrier();
+  __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "wavefront");
+}
+#else
+MOE_DEVICE void sync_warp() { __syncwarp(); }  // HIP on NVIDIA (hip_on_nvidia/ maps the hip* names)
+#endif
+#else
+MOE_DEVICE lane_mask_t ballot(bool p) { return __ballot_sync(0xFFFFFFFFu, p); }
+template <class T> MOE_DEVICE T shfl_up(T v, int delta) { return __shfl_up_sync(0xFFFFFFFFu, v, delta); }
+template <class T> MOE_DEVICE T shfl(T v, int src) { return __shfl_sync(0xFFFFFFFFu, v, src); }
+MOE_DEVICE void sync_warp() { __syncwarp(); }
+#endif
+#endif  // device compilers
+
+}  // namespace gpu
+}  // namespace moe

@@ -1,0 +1,70 @@
+// Warp- and block-level building blocks of the routing kernels, written once for CUDA and HIP through
+// gpu_runtime.hpp. Nothing here assumes a warp of 32 lanes.
+#pragma once
+
+#include "gpu_runtime.hpp"
+
+namespace moe {
+namespace gpu {
+
+// The lanes of this warp whose `bucket` equals mine, among lanes with `valid` set (0 for an invalid lane).
+// One ballot per bit of the bucket number: portable (AMD has no match.any) and cheap for the few bits
+// routing needs (8 for 256 experts).
+MOE_DEVICE lane_mask_t match_bucket(int bucket, bool valid, int bits) {
+  lane_mask_t peers = ballot(valid);
+  for (int k = 0; k < bits; ++k) {
+    const bool bit = (bucket >> k) & 1;
+    const lane_mask_t set = ballot(bit);
+    peers &= bit ? set : ~set;
+  }
+  return valid ? peers : lane_mask_t{0};
+}
+
+// Inclusive prefix sum across the lanes of a warp.
+template <class T>
+MOE_DEVICE T warp_inclusive_scan(T v) {
+  const int lane = lane_id();
+  for (int d = 1; d < kWarpSize; d <<= 1) {
+    const T up = shfl_up(v, d);
+    if (lane >= d) v += up;
+  }
+  return v;
+}
+
+// Exclusive prefix sum of data[0, n) in place (any memory the block can read and write), by the whole block;
+// returns the total to every thread. `scratch` is shared memory of warps_per_block() + 1 values. Each thread
+// owns a contiguous run of ceil(n / blockDim) values, so order is fixed and the result deterministic.
+// Ends with a barrier: data is final for every thread on return.
+template <class T>
+__device__ T block_exclusive_scan(T* data, int n, T* scratch) {
+  const int per = (n + static_cast<int>(blockDim.x) - 1) / static_cast<int>(blockDim.x);
+  const int begin = min(n, static_cast<int>(threadIdx.x) * per);
+  const int end = min(n, begin + per);
+  T local = 0;
+  for (int i = begin; i < end; ++i) local += data[i];
+  const T incl = warp_inclusive_scan(local);
+  if (lane_id() == kWarpSize - 1) scratch[warp_id()] = incl;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    T run = 0;
+    for (int w = 0; w < warps_per_block(); ++w) {
+      const T t = scratch[w];
+      scratch[w] = run;
+      run += t;
+    }
+    scratch[warps_per_block()] = run;
+  }
+  __syncthreads();
+  T run = scratch[warp_id()] + incl - local;
+  for (int i = begin; i < end; ++i) {
+    const T v = data[i];
+    data[i] = run;
+    run += v;
+  }
+  const T total = scratch[warps_per_block()];
+  __syncthreads();
+  return total;
+}
+
+}  // namespace gpu
+}  // namespace moe

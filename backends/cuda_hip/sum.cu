@@ -1,0 +1,100 @@
+// moe_sum on the GPU, one source for CUDA and HIP. Memory-bound: each thread owns one 16-byte vector of one
+// token's output and reads the topk matching input vectors (all loads issued before the first add), adds in
+// fp32 in k order with IEEE adds (no contraction, no reassociation), rounds once via numeric.hpp's rules.
+#include "backend.hpp"
+#include "dispatch.hpp"
+#include "gpu_runtime.hpp"
+#include "numeric.hpp"
+
+namespace moe {
+namespace backend {
+
+namespace {
+
+constexpr int kSumThreads = 128;
+constexpr int kMaxTopkInFlight = 8;  // loads issued together; larger topk goes in rounds of this many
+
+template <class Traits>
+struct alignas(16) Vec {  // 16 bytes of values
+  static constexpr int kCount = 16 / sizeof(typename Traits::storage);
+  typename Traits::storage v[kCount];
+};
+
+__device__ __forceinline__ float add(float a, float b) { return __fadd_rn(a, b); }
+
+// grid.x = num_tokens * chunks; each block covers kSumThreads vectors of one token's row.
+template <class Traits>
+__global__ void __launch_bounds__(kSumThreads) sum_vec_kernel(const Vec<Traits>* __restrict__ in, Vec<Traits>* __restrict__ out,
+                                                             std::int32_t topk, std::int64_t vecs_per_row,
+                                                             std::int64_t chunks) {
+  constexpr int C = Vec<Traits>::kCount;
+  const std::int64_t token = blockIdx.x / chunks;
+  const std::int64_t v = (blockIdx.x % chunks) * kSumThreads + threadIdx.x;
+  if (v >= vecs_per_row) return;
+  const Vec<Traits>* src = in + token * topk * vecs_per_row + v;
+  float acc[C];
+#pragma unroll
+  for (int c = 0; c < C; ++c) acc[c] = 0.0f;
+  for (int k0 = 0; k0 < topk; k0 += kMaxTopkInFlight) {
+    Vec<Traits> x[kMaxTopkInFlight];
+#pragma unroll
+    for (int k = 0; k < kMaxTopkInFlight; ++k)
+      if (k0 + k < topk) x[k] = src[(k0 + k) * vecs_per_row];
+#pragma unroll
+    for (int k = 0; k < kMaxTopkInFlight; ++k)
+      if (k0 + k < topk) {
+#pragma unroll
+        for (int c = 0; c < C; ++c) acc[c] = add(acc[c], Traits::load(x[k].v[c]));
+      }
+  }
+  Vec<Traits> y;
+#pragma unroll
+  for (int c = 0; c < C; ++c) y.v[c] = Traits::store(acc[c]);
+  out[token * vecs_per_row + v] = y;
+}
+
+// Any hidden / alignment: one element per thread.
+template <class Traits>
+__global__ void __launch_bounds__(kSumThreads) sum_scalar_kernel(const typename Traits::storage* __restrict__ in,
+                                                                typename Traits::storage* __restrict__ out,
+                                                                std::int32_t topk, std::int64_t hidden,
+                                                                std::int64_t chunks) {
+  const std::int64_t token = blockIdx.x / chunks;
+  const std::int64_t h = (blockIdx.x % chunks) * kSumThreads + threadIdx.x;
+  if (h >= hidden) return;
+  const auto* src = in + token * topk * hidden + h;
+  float acc = 0.0f;
+  for (int k = 0; k < topk; ++k) acc = add(acc, Traits::load(src[k * hidden]));
+  out[token * hidden + h] = Traits::store(acc);
+}
+
+template <class Traits>
+void sum_typed(const detail::SumShape& s, const void* input, void* output, gpu::stream_t stream) {
+  using storage = typename Traits::storage;
+  constexpr int C = Vec<Traits>::kCount;
+  const bool aligned = (reinterpret_cast<std::uintptr_t>(input) | reinterpret_cast<std::uintptr_t>(output)) % 16 == 0;
+  if (aligned && s.hidden % C == 0) {
+    const std::int64_t vecs = s.hidden / C, chunks = (vecs + kSumThreads - 1) / kSumThreads;
+    sum_vec_kernel<Traits><<<static_cast<unsigned>(s.num_tokens * chunks), kSumThreads, 0, stream>>>(
+        static_cast<const Vec<Traits>*>(input), static_cast<Vec<Traits>*>(output), s.topk, vecs, chunks);
+  } else {
+    const std::int64_t chunks = (s.hidden + kSumThreads - 1) / kSumThreads;
+    sum_scalar_kernel<Traits><<<static_cast<unsigned>(s.num_tokens * chunks), kSumThreads, 0, stream>>>(
+        static_cast<const storage*>(input), static_cast<storage*>(output), s.topk, s.hidden, chunks);
+  }
+  gpu::check_launch("moe_sum kernel");
+}
+
+}  // namespace
+
+void sum(const detail::SumShape& shape, const void* input, moe_dtype_t dtype, void* output, void* stream) {
+  const std::int64_t chunks = (shape.hidden + kSumThreads - 1) / kSumThreads;
+  if (shape.num_tokens * chunks > 0x7FFFFFFF)
+    throw Error(MOE_ERROR_UNSUPPORTED, "moe_sum: num_tokens * ceil(hidden / 128) exceeds the GPU grid (2^31 - 1)");
+  detail::dispatch_value_traits(dtype, [&](auto traits) {
+    sum_typed<decltype(traits)>(shape, input, output, gpu::to_stream(stream));
+  });
+}
+
+}  // namespace backend
+}  // namespace moe

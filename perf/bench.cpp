@@ -1,0 +1,239 @@
+// moe_bench: times align_block_size and moe_sum on the configured backend over a catalogue of shapes, checks
+// each result against the reference first, prints a table and writes CSV.
+//   moe_bench [--suite targets|sweep|sum|large|all] [--csv FILE] [--quick]
+// Each row: median us per call replayed in a graph of 16 calls rotating input sets ("graph"), median us of a
+// single call with a cold L2 ("cold"), the floor (max of an empty graph node and the bytes the call must move
+// at the copy bandwidth measured in this run) and graph / floor.
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "measure.hpp"
+#include "moe/reference.hpp"
+
+namespace {
+
+using moe_perf::Measure;
+
+struct AlignCase {
+  std::int64_t tokens;
+  std::int32_t topk, experts, block_size;
+  const char* dist;  // "uniform" | "skew" (half of all ids = expert 0) | "ep8" (7/8 of ids out of range)
+};
+struct SumCase {
+  std::int64_t tokens;
+  std::int32_t topk;
+  std::int64_t hidden;
+  moe_dtype_t dtype;
+};
+
+const char* dtype_name(moe_dtype_t t) {
+  return t == MOE_FLOAT32 ? "fp32" : t == MOE_FLOAT16 ? "fp16" : t == MOE_BFLOAT16 ? "bf16" : "int";
+}
+
+// The issue-5 target table (block 64) and the shapes we track beside it.
+std::vector<AlignCase> targets_align() {
+  return {{1, 8, 256, 64, "uniform"},     {256, 8, 256, 64, "uniform"},   {4096, 8, 256, 64, "uniform"},
+          {16384, 8, 256, 64, "uniform"}, {65536, 8, 256, 64, "uniform"}, {65536, 8, 256, 64, "skew"},
+          {65536, 2, 8, 64, "uniform"}};
+}
+std::vector<AlignCase> sweep_align() {
+  std::vector<AlignCase> v;
+  for (std::int64_t t : {1, 16, 256, 1024, 4096, 16384, 65536})
+    for (std::int32_t k : {2, 8})
+      for (std::int32_t e : {8, 64, 256, 512})
+        for (std::int32_t b : {16, 64, 128}) v.push_back({t, k, e, b, "uniform"});
+  return v;
+}
+std::vector<AlignCase> large_align() {  // many experts, and the expert-parallel shape
+  std::vector<AlignCase> v;
+  for (std::int64_t t : {1, 256, 4096, 65536})
+    for (std::int32_t e : {1024, 4096, 65536}) v.push_back({t, 8, e, 64, "uniform"});
+  v.push_back({65536, 8, 256, 64, "ep8"});
+  v.push_back({262144, 8, 256, 64, "uniform"});
+  return v;
+}
+std::vector<SumCase> sum_cases(bool quick) {
+  std::vector<SumCase> v;
+  for (moe_dtype_t d : {MOE_BFLOAT16, MOE_FLOAT16, MOE_FLOAT32})
+    for (std::int32_t k : {2, 8})
+      for (std::int64_t h : {2048, 4096, 7168})
+        for (std::int64_t t : {1, 4096, 16384}) {
+          if (quick && t == 16384) continue;
+          v.push_back({t, k, h, d});
+        }
+  return v;
+}
+
+std::vector<std::int32_t> make_ids(const AlignCase& c, std::mt19937_64& rng) {
+  std::uniform_int_distribution<std::int32_t> e(0, c.experts - 1);
+  std::vector<std::int32_t> ids(static_cast<std::size_t>(c.tokens * c.topk));
+  for (auto& x : ids) {
+    x = e(rng);
+    if (!std::strcmp(c.dist, "skew") && (rng() & 1)) x = 0;
+    if (!std::strcmp(c.dist, "ep8") && (rng() % 8) != 0) x = -1;
+  }
+  return ids;
+}
+
+struct Row {
+  std::string op, shape, path;
+  double graph_us, cold_us, floor_us, bytes;
+};
+
+std::vector<Row> rows;
+
+double floor_us(double bytes, double node_us, double bw_gbs) {
+  return std::max(node_us, bytes / (bw_gbs * 1e9) * 1e6);
+}
+
+void run_align(Measure& m, const AlignCase& c, double node_us, double bw) {
+  const std::int64_t numel = c.tokens * c.topk;
+  const auto max_padded = moe::align_max_padded(numel, c.experts, c.block_size);
+  const auto max_blocks = moe::align_max_blocks(numel, c.experts, c.block_size);
+  const std::size_t ws_bytes = moe::align_workspace_size(numel, c.experts, c.block_size);
+  const int sets = 8;
+  std::mt19937_64 rng(static_cast<unsigned long>(numel * 31 + c.experts));
+  std::vector<moe::device_buffer<std::int32_t>> ids, sorted, experts, post;
+  std::vector<std::vector<std::int32_t>> host_ids;
+  for (int s = 0; s < sets; ++s) {
+    host_ids.push_back(make_ids(c, rng));
+    ids.emplace_back(static_cast<std::size_t>(numel));
+    moe::copy_to_device(ids.back().data(), host_ids.back().data(), ids.back().bytes());
+    sorted.emplace_back(static_cast<std::size_t>(max_padded));
+    experts.emplace_back(static_cast<std::size_t>(max_blocks));
+    post.emplace_back(1);
+  }
+  moe::device_buffer<unsigned char> ws(ws_bytes);
+  auto call = [&](int s, void* stream) {
+    moe::align_block_size(ids[s].data(), numel, c.experts, c.block_size, sorted[s].data(), experts[s].data(),
+                          post[s].data(), ws.data(), ws_bytes, stream);
+  };
+  // correctness first: set 0 against the reference
+  call(0, nullptr);
+  moe::synchronize();
+  std::vector<std::int32_t> got(static_cast<std::size_t>(max_padded)), want(got.size());
+  std::vector<std::int32_t> got_e(static_cast<std::size_t>(max_blocks)), want_e(got_e.size());
+  std::int32_t got_post = 0, want_post = 0;
+  std::vector<unsigned char> rws(moe::reference::align_workspace_size(numel, c.experts, c.block_size));
+  moe::reference::align_block_size(host_ids[0].data(), numel, c.experts, c.block_size, want.data(), want_e.data(),
+                                   &want_post, rws.data(), rws.size());
+  moe::copy_to_host(got.data(), sorted[0].data(), sorted[0].bytes());
+  moe::copy_to_host(got_e.data(), experts[0].data(), experts[0].bytes());
+  moe::copy_to_host(&got_post, post[0].data(), sizeof got_post);
+  if (got != want || got_e != want_e || got_post != want_post) {
+    std::fprintf(stderr, "WRONG RESULT for align %lldx%d E=%d bs=%d\n", static_cast<long long>(c.tokens), c.topk,
+                 c.experts, c.block_size);
+    std::exit(1);
+  }
+  const double bytes = static_cast<double>(numel) * 4 + static_cast<double>(max_padded + max_blocks + 1) * 4;
+  char shape[128];
+  std::snprintf(shape, sizeof shape, "%lldx%d E=%d bs=%d %s", static_cast<long long>(c.tokens), c.topk, c.experts,
+                c.block_size, c.dist);
+  rows.push_back({"align", shape, m.align_path(numel, c.experts, c.block_size), m.replay_us(call, sets),
+                  m.cold_us(call), floor_us(bytes, node_us, bw), bytes});
+}
+
+void run_sum(Measure& m, const SumCase& c, double node_us, double bw) {
+  const std::size_t esize = moe::dtype_size(c.dtype);
+  const std::size_t in_elems = static_cast<std::size_t>(c.tokens * c.topk * c.hidden);
+  const std::size_t out_elems = static_cast<std::size_t>(c.tokens * c.hidden);
+  const double bytes = static_cast<double>((in_elems + out_elems) * esize);
+  const int sets = std::clamp(static_cast<int>(240e6 / bytes), 1, 8);  // rotate while the data fits in L2 x4
+  std::vector<unsigned char> host(in_elems * esize);
+  std::uint64_t x = 0x9E3779B97F4A7C15ull;
+  for (std::size_t i = 0; i < in_elems; ++i) {  // finite values of modest size, cheap to make
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    const float f = static_cast<float>(static_cast<std::int64_t>(x % 2001) - 1000) / 256.0f;
+    if (c.dtype == MOE_FLOAT32) std::memcpy(&host[i * 4], &f, 4);
+    if (c.dtype == MOE_FLOAT16) {
+      const auto h = moe::reference::float_to_half(f);
+      std::memcpy(&host[i * 2], &h, 2);
+    }
+    if (c.dtype == MOE_BFLOAT16) {
+      const auto b = moe::reference::float_to_bfloat16(f);
+      std::memcpy(&host[i * 2], &b, 2);
+    }
+  }
+  std::vector<moe::device_buffer<unsigned char>> in, out;
+  for (int s = 0; s < sets; ++s) {
+    in.emplace_back(host.size());
+    moe::copy_to_device(in.back().data(), host.data(), host.size());
+    out.emplace_back(out_elems * esize);
+  }
+  auto call = [&](int s, void* stream) {
+    moe::sum(in[s].data(), c.dtype, c.tokens, c.topk, c.hidden, out[s].data(), stream);
+  };
+  call(0, nullptr);
+  moe::synchronize();
+  std::vector<unsigned char> got(out_elems * esize), want(got.size());
+  moe::copy_to_host(got.data(), out[0].data(), got.size());
+  moe::reference::sum(host.data(), c.dtype, c.tokens, c.topk, c.hidden, want.data());
+  if (got != want) {
+    std::fprintf(stderr, "WRONG RESULT for sum %lldx%dx%lld %s\n", static_cast<long long>(c.tokens), c.topk,
+                 static_cast<long long>(c.hidden), dtype_name(c.dtype));
+    std::exit(1);
+  }
+  char shape[128];
+  std::snprintf(shape, sizeof shape, "%lldx%dx%lld %s", static_cast<long long>(c.tokens), c.topk,
+                static_cast<long long>(c.hidden), dtype_name(c.dtype));
+  rows.push_back({"sum", shape, "", m.replay_us(call, sets), m.cold_us(call), floor_us(bytes, node_us, bw), bytes});
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string suite = "targets", csv = "moe_bench.csv";
+  bool quick = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--suite" && i + 1 < argc) suite = argv[++i];
+    else if (a == "--csv" && i + 1 < argc) csv = argv[++i];
+    else if (a == "--quick") quick = true;
+    else {
+      std::fprintf(stderr, "usage: moe_bench [--suite targets|sweep|sum|large|all] [--csv FILE] [--quick]\n");
+      return 2;
+    }
+  }
+  try {
+    moe::check_backend();
+  } catch (const moe::Error& e) {
+    std::printf("skipped: %s\n", e.what());
+    return 77;
+  }
+  auto m = moe_perf::make_measure();
+  const double node = m->empty_node_us(), bw = m->copy_bandwidth_gbs();
+  std::printf("device: %s, backend %s\nfloors: empty graph node %.3f us, device copy %.0f GB/s (read+write)\n",
+              m->device().c_str(), moe::backend_name(), node, bw);
+  auto want = [&](const char* s) { return suite == s || suite == "all"; };
+  if (want("targets")) {
+    for (const auto& c : targets_align()) run_align(*m, c, node, bw);
+    for (std::int64_t t : {1, 4096})
+      for (std::int32_t k : {2, 8}) run_sum(*m, {t, k, 4096, MOE_BFLOAT16}, node, bw);
+  }
+  if (want("sweep"))
+    for (const auto& c : sweep_align()) run_align(*m, c, node, bw);
+  if (want("large"))
+    for (const auto& c : large_align()) run_align(*m, c, node, bw);
+  if (want("sum"))
+    for (const auto& c : sum_cases(quick)) run_sum(*m, c, node, bw);
+
+  std::printf("\n%-6s %-34s %-8s %10s %10s %10s %7s %9s\n", "op", "shape", "path", "graph_us", "cold_us", "floor_us",
+              "ratio", "GB/s");
+  std::ofstream out(csv);
+  out << "device,backend,op,shape,path,graph_us,cold_us,floor_us,ratio,bytes,effective_gbs,empty_node_us,copy_gbs\n";
+  for (const auto& r : rows) {
+    const double gbs = r.bytes / (r.graph_us * 1e-6) / 1e9;
+    std::printf("%-6s %-34s %-8s %10.3f %10.3f %10.3f %7.2f %9.1f\n", r.op.c_str(), r.shape.c_str(), r.path.c_str(),
+                r.graph_us, r.cold_us, r.floor_us, r.graph_us / r.floor_us, gbs);
+    out << '"' << m->device() << "\"," << moe::backend_name() << ',' << r.op << ",\"" << r.shape << "\"," << r.path
+        << ',' << r.graph_us << ',' << r.cold_us << ',' << r.floor_us << ',' << r.graph_us / r.floor_us << ','
+        << r.bytes << ',' << gbs << ',' << node << ',' << bw << '\n';
+  }
+  std::printf("\nCSV: %s\n", csv.c_str());
+  return 0;
+}

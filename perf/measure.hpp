@@ -1,0 +1,31 @@
+// How the benchmark times calls on the configured backend. GPU builds (measure_gpu.cu): CUDA/HIP graphs of
+// 16 calls rotating input sets, device events, medians, an L2 flush for cold calls, and the two floors
+// (an empty kernel as a graph node, device copy bandwidth) measured in the same run. Other builds
+// (measure_host.cpp): host clock around the calls plus moe::synchronize.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "moe/routing.hpp"
+
+namespace moe_perf {
+
+using Call = std::function<void(int set, void* stream)>;  // one library call on input set `set`
+
+struct Measure {
+  virtual ~Measure() = default;
+  virtual std::string device() = 0;
+  // median microseconds per call, calls replayed back to back (a graph of 16 on GPUs), rotating `sets`
+  virtual double replay_us(const Call& call, int sets) = 0;
+  // median microseconds of one call with a cold cache (launch included)
+  virtual double cold_us(const Call& call) = 0;
+  virtual double empty_node_us() = 0;          // floor of any call: an empty kernel (0 on host backends)
+  virtual double copy_bandwidth_gbs() = 0;     // bytes read + written per second by a large device copy
+  virtual std::string align_path(std::int64_t numel, std::int32_t experts, std::int32_t block_size) = 0;
+};
+
+std::unique_ptr<Measure> make_measure();
+
+}  // namespace moe_perf

@@ -1,0 +1,129 @@
+// GPU timing (CUDA or HIP through gpu_runtime.hpp): graphs of 16 calls, device events, medians.
+#include <algorithm>
+#include <vector>
+
+#include "align_plan.hpp"
+#include "gpu_runtime.hpp"
+#include "measure.hpp"
+
+namespace moe_perf {
+namespace {
+
+namespace gpu = moe::gpu;
+
+__global__ void empty_kernel() {}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+constexpr int kCallsPerGraph = 16;
+constexpr int kReplays = 25;
+
+struct GpuMeasure final : Measure {
+  gpu::stream_t stream{};
+  gpu::event_t start{}, stop{};
+  void* flush = nullptr;
+  std::size_t flush_bytes = 0;
+
+  GpuMeasure() {
+    gpu::check(gpu::stream_create(&stream), "stream");
+    gpu::check(gpu::event_create(&start), "event");
+    gpu::check(gpu::event_create(&stop), "event");
+    int dev = 0, l2 = 0;
+    gpu::check(gpu::current_device(&dev), "device");
+    gpu::check(gpu::l2_cache_bytes(&l2, dev), "L2 size");
+    flush_bytes = std::size_t{4} * static_cast<std::size_t>(l2);
+    gpu::check(gpu::malloc(&flush, flush_bytes), "flush buffer");
+  }
+  ~GpuMeasure() override {
+    gpu::free(flush);
+    gpu::event_destroy(start);
+    gpu::event_destroy(stop);
+    gpu::stream_destroy(stream);
+  }
+
+  std::string device() override {
+    int dev = 0;
+    std::string name;
+    gpu::check(gpu::current_device(&dev), "device");
+    gpu::check(gpu::device_name(&name, dev), "device name");
+    return name;
+  }
+
+  template <class Body>  // median ms of body() between two events
+  double time_ms(Body&& body, int reps) {
+    std::vector<double> t;
+    for (int r = 0; r < reps; ++r) {
+      gpu::check(gpu::event_record(start, stream), "record");
+      body();
+      gpu::check(gpu::event_record(stop, stream), "record");
+      gpu::check(gpu::event_synchronize(stop), "sync");
+      float ms = 0;
+      gpu::check(gpu::event_elapsed_ms(&ms, start, stop), "elapsed");
+      t.push_back(ms);
+    }
+    return median(t);
+  }
+
+  template <class Capture>
+  double graph_us(Capture&& capture) {
+    gpu::graph_t graph{};
+    gpu::graph_exec_t exec{};
+    gpu::check(gpu::begin_capture(stream), "begin capture");
+    capture();
+    gpu::check(gpu::end_capture(stream, &graph), "end capture");
+    gpu::check(gpu::graph_instantiate(&exec, graph), "instantiate");
+    for (int w = 0; w < 3; ++w) gpu::check(gpu::graph_launch(exec, stream), "warm-up");
+    const double ms = time_ms([&] { gpu::check(gpu::graph_launch(exec, stream), "graph launch"); }, kReplays);
+    gpu::check(gpu::graph_exec_destroy(exec), "graph exec destroy");
+    gpu::check(gpu::graph_destroy(graph), "graph destroy");
+    return ms * 1000.0 / kCallsPerGraph;
+  }
+
+  double replay_us(const Call& call, int sets) override {
+    return graph_us([&] {
+      for (int j = 0; j < kCallsPerGraph; ++j) call(j % sets, stream);
+    });
+  }
+
+  double cold_us(const Call& call) override {
+    call(0, stream);  // warm-up (module load)
+    std::vector<double> t;
+    for (int r = 0; r < 10; ++r) {
+      gpu::check(gpu::memset_async(flush, r, flush_bytes, stream), "L2 flush");
+      t.push_back(time_ms([&] { call(0, stream); }, 1) * 1000.0);
+    }
+    return median(t);
+  }
+
+  double empty_node_us() override {
+    return graph_us([&] {
+      for (int j = 0; j < kCallsPerGraph; ++j) empty_kernel<<<1, 32, 0, stream>>>();
+    });
+  }
+
+  double copy_bandwidth_gbs() override {
+    const std::size_t n = std::size_t{1} << 30;
+    void *a = nullptr, *b = nullptr;
+    gpu::check(gpu::malloc(&a, n), "copy src");
+    gpu::check(gpu::malloc(&b, n), "copy dst");
+    gpu::check(gpu::memset_async(a, 1, n, stream), "init");
+    gpu::check(gpu::copy_async(b, a, n, stream), "warm-up copy");
+    const double ms = time_ms([&] { gpu::check(gpu::copy_async(b, a, n, stream), "copy"); }, 10);
+    gpu::free(a);
+    gpu::free(b);
+    return 2.0 * static_cast<double>(n) / (ms * 1e-3) / 1e9;
+  }
+
+  std::string align_path(std::int64_t numel, std::int32_t experts, std::int32_t block_size) override {
+    return gpu::path_name(gpu::make_align_plan(moe::detail::make_align_shape(numel, experts, block_size)).path);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Measure> make_measure() { return std::make_unique<GpuMeasure>(); }
+
+}  // namespace moe_perf

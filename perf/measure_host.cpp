@@ -1,0 +1,69 @@
+// Host-clock timing, for backends without device graphs (CPU, Kokkos).
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <vector>
+
+#include "measure.hpp"
+
+namespace moe_perf {
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+struct HostMeasure final : Measure {
+  std::string device() override { return std::string("host (backend ") + moe::backend_name() + ")"; }
+  double replay_us(const Call& call, int sets) override {
+    for (int s = 0; s < sets; ++s) call(s, nullptr);  // warm-up
+    moe::synchronize();
+    std::vector<double> t;
+    for (int rep = 0; rep < 7; ++rep) {
+      const auto t0 = clock_type::now();
+      for (int j = 0; j < 16; ++j) call(j % sets, nullptr);
+      moe::synchronize();
+      t.push_back(std::chrono::duration<double, std::micro>(clock_type::now() - t0).count() / 16);
+    }
+    return median(t);
+  }
+  double cold_us(const Call& call) override {
+    std::vector<char> flush(256 << 20);
+    std::vector<double> t;
+    for (int rep = 0; rep < 5; ++rep) {
+      std::memset(flush.data(), rep, flush.size());
+      const auto t0 = clock_type::now();
+      call(0, nullptr);
+      moe::synchronize();
+      t.push_back(std::chrono::duration<double, std::micro>(clock_type::now() - t0).count());
+    }
+    return median(t);
+  }
+  double empty_node_us() override { return 0.0; }
+  double copy_bandwidth_gbs() override {
+    const std::size_t n = std::size_t{512} << 20;
+    void* a = moe::malloc(n);
+    void* b = moe::malloc(n);
+    std::vector<char> h(n, 1);
+    moe::copy_to_device(a, h.data(), n);
+    std::vector<double> t;
+    for (int rep = 0; rep < 5; ++rep) {  // a device-to-device copy through the host helpers: host memcpy
+      const auto t0 = clock_type::now();
+      moe::copy_to_host(h.data(), a, n);
+      t.push_back(std::chrono::duration<double>(clock_type::now() - t0).count());
+    }
+    moe::free(a);
+    moe::free(b);
+    return 2.0 * n / median(t) / 1e9;
+  }
+  std::string align_path(std::int64_t, std::int32_t, std::int32_t) override { return moe::backend_name(); }
+};
+
+}  // namespace
+
+std::unique_ptr<Measure> make_measure() { return std::make_unique<HostMeasure>(); }
+
+}  // namespace moe_perf

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# What a GPU machine runs for a build made elsewhere (binaries carried in): the doctest suite, the
+# compute-sanitizer checks, the consumer, and the benchmark. Logs and CSV go to $OUT (or ./gpu-check-out).
+#   tools/gpu-check.sh BUILD_DIR [what...]   what: info tests memcheck racecheck bench-<suite> consumer
+set -uo pipefail
+build=$1; shift
+out=${OUT:-gpu-check-out}; mkdir -p "$out"
+tag=$(basename "$build")
+status=0
+run() {  # name, command...: log to $out/$tag-name.log, print the tail
+  local name=$1; shift
+  echo "==== $tag $name: $*"
+  local t0=$SECONDS
+  "$@" > "$out/$tag-$name.log" 2>&1; local rc=$?
+  tail -n 6 "$out/$tag-$name.log"
+  echo "==== $tag $name rc=$rc ($((SECONDS - t0)) s)"
+  [ $rc -eq 0 ] || status=1
+}
+for what in "$@"; do
+  case $what in
+    info) run info bash -c 'nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv; uname -r' ;;
+    tests) run tests "$build/tests/moe_tests" ;;
+    memcheck) run memcheck compute-sanitizer --tool memcheck --error-exitcode 9 "$build/tests/moe_tests" \
+                -tce='large*,*million*' ;;
+    racecheck) run racecheck compute-sanitizer --tool racecheck --racecheck-report all --error-exitcode 9 \
+                "$build/tests/moe_tests" -tc='golden*,graph*,random: numel*,adversarial*' ;;
+    synccheck) run synccheck compute-sanitizer --tool synccheck --error-exitcode 9 "$build/tests/moe_tests" \
+                -tc='golden*,graph*,router*' ;;
+    consumer) run consumer bash -c "$build/consumer/consumer_cxx && $build/consumer/consumer_c" ;;
+    bench-*) run "${what}" "$build/perf/moe_bench" --suite "${what#bench-}" --csv "$out/$tag-${what#bench-}.csv" ;;
+    *) echo "unknown step $what"; status=2 ;;
+  esac
+done
+exit $status
