@@ -7,7 +7,8 @@ function(moe_target_warnings target)
   endif()
   target_compile_options(${target} PRIVATE
     $<$<COMPILE_LANGUAGE:CXX>:${cxx_flags} -fno-fast-math>
-    $<$<COMPILE_LANGUAGE:C>:-Wall -Wextra -Wpedantic $<$<BOOL:${MOE_WARNINGS_AS_ERRORS}>:-Werror>>)
+    $<$<COMPILE_LANGUAGE:C>:-Wall -Wextra -Wpedantic $<$<BOOL:${MOE_WARNINGS_AS_ERRORS}>:-Werror>>
+    $<$<COMPILE_LANGUAGE:HIP>:-Wall -Wextra $<$<BOOL:${MOE_WARNINGS_AS_ERRORS}>:-Werror>>)
   if(CMAKE_CUDA_COMPILER)
     target_compile_options(${target} PRIVATE
       $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra $<$<BOOL:${MOE_WARNINGS_AS_ERRORS}>:-Werror=all-warnings -Xcompiler=-Werror>>)

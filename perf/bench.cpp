@@ -1,6 +1,6 @@
 // moe_bench: times align_block_size and moe_sum on the configured backend over a catalogue of shapes, checks
 // each result against the reference first, prints a table and writes CSV.
-//   moe_bench [--suite targets|sweep|sum|large|all] [--csv FILE] [--quick]
+//   moe_bench [--suite targets|sweep|sum|large|all] [--csv FILE] [--quick] [--filter TEXT]
 // Each row: median us per call replayed in a graph of 16 calls rotating input sets ("graph"), median us of a
 // single call with a cold L2 ("cold"), the floor (max of an empty graph node and the bytes the call must move
 // at the copy bandwidth measured in this run) and graph / floor.
@@ -86,12 +86,19 @@ struct Row {
 };
 
 std::vector<Row> rows;
+std::string filter;  // --filter: only shapes whose text contains it
+
+bool selected(const std::string& shape) { return filter.empty() || shape.find(filter) != std::string::npos; }
 
 double floor_us(double bytes, double node_us, double bw_gbs) {
   return std::max(node_us, bytes / (bw_gbs * 1e9) * 1e6);
 }
 
 void run_align(Measure& m, const AlignCase& c, double node_us, double bw) {
+  char shape[128];
+  std::snprintf(shape, sizeof shape, "%lldx%d E=%d bs=%d %s", static_cast<long long>(c.tokens), c.topk, c.experts,
+                c.block_size, c.dist);
+  if (!selected(shape)) return;
   const std::int64_t numel = c.tokens * c.topk;
   const auto max_padded = moe::align_max_padded(numel, c.experts, c.block_size);
   const auto max_blocks = moe::align_max_blocks(numel, c.experts, c.block_size);
@@ -131,14 +138,15 @@ void run_align(Measure& m, const AlignCase& c, double node_us, double bw) {
     std::exit(1);
   }
   const double bytes = static_cast<double>(numel) * 4 + static_cast<double>(max_padded + max_blocks + 1) * 4;
-  char shape[128];
-  std::snprintf(shape, sizeof shape, "%lldx%d E=%d bs=%d %s", static_cast<long long>(c.tokens), c.topk, c.experts,
-                c.block_size, c.dist);
   rows.push_back({"align", shape, m.align_path(numel, c.experts, c.block_size), m.replay_us(call, sets),
                   m.cold_us(call), floor_us(bytes, node_us, bw), bytes});
 }
 
 void run_sum(Measure& m, const SumCase& c, double node_us, double bw) {
+  char shape[128];
+  std::snprintf(shape, sizeof shape, "%lldx%dx%lld %s", static_cast<long long>(c.tokens), c.topk,
+                static_cast<long long>(c.hidden), dtype_name(c.dtype));
+  if (!selected(shape)) return;
   const std::size_t esize = moe::dtype_size(c.dtype);
   const std::size_t in_elems = static_cast<std::size_t>(c.tokens * c.topk * c.hidden);
   const std::size_t out_elems = static_cast<std::size_t>(c.tokens * c.hidden);
@@ -178,9 +186,6 @@ void run_sum(Measure& m, const SumCase& c, double node_us, double bw) {
                  static_cast<long long>(c.hidden), dtype_name(c.dtype));
     std::exit(1);
   }
-  char shape[128];
-  std::snprintf(shape, sizeof shape, "%lldx%dx%lld %s", static_cast<long long>(c.tokens), c.topk,
-                static_cast<long long>(c.hidden), dtype_name(c.dtype));
   rows.push_back({"sum", shape, "", m.replay_us(call, sets), m.cold_us(call), floor_us(bytes, node_us, bw), bytes});
 }
 
@@ -194,8 +199,9 @@ int main(int argc, char** argv) {
     if (a == "--suite" && i + 1 < argc) suite = argv[++i];
     else if (a == "--csv" && i + 1 < argc) csv = argv[++i];
     else if (a == "--quick") quick = true;
+    else if (a == "--filter" && i + 1 < argc) filter = argv[++i];
     else {
-      std::fprintf(stderr, "usage: moe_bench [--suite targets|sweep|sum|large|all] [--csv FILE] [--quick]\n");
+      std::fprintf(stderr, "usage: moe_bench [--suite targets|sweep|sum|large|all] [--csv FILE] [--quick] [--filter TEXT]\n");
       return 2;
     }
   }
@@ -206,9 +212,11 @@ int main(int argc, char** argv) {
     return 77;
   }
   auto m = moe_perf::make_measure();
+  const double mhz_start = m->warm_up_mhz(1500);
   const double node = m->empty_node_us(), bw = m->copy_bandwidth_gbs();
-  std::printf("device: %s, backend %s\nfloors: empty graph node %.3f us, device copy %.0f GB/s (read+write)\n",
-              m->device().c_str(), moe::backend_name(), node, bw);
+  std::printf("device: %s, backend %s, SM clock after warm-up %.0f MHz\n"
+              "floors: empty graph node %.3f us, device copy %.0f GB/s (read+write)\n",
+              m->device().c_str(), moe::backend_name(), mhz_start, node, bw);
   auto want = [&](const char* s) { return suite == s || suite == "all"; };
   if (want("targets")) {
     for (const auto& c : targets_align()) run_align(*m, c, node, bw);
@@ -222,6 +230,7 @@ int main(int argc, char** argv) {
   if (want("sum"))
     for (const auto& c : sum_cases(quick)) run_sum(*m, c, node, bw);
 
+  std::printf("\nSM clock at the end: %.0f MHz\n", m->warm_up_mhz(20));
   std::printf("\n%-6s %-34s %-8s %10s %10s %10s %7s %9s\n", "op", "shape", "path", "graph_us", "cold_us", "floor_us",
               "ratio", "GB/s");
   std::ofstream out(csv);

@@ -23,6 +23,9 @@ struct Measure {
   virtual double cold_us(const Call& call) = 0;
   virtual double empty_node_us() = 0;          // floor of any call: an empty kernel (0 on host backends)
   virtual double copy_bandwidth_gbs() = 0;     // bytes read + written per second by a large device copy
+  // Runs the device busy for about `ms` (clocks ramp up from idle), then returns the SM clock in MHz it
+  // measured while doing so (0 where unknown). Benchmarks report it: latency-bound kernels scale with it.
+  virtual double warm_up_mhz(double ms) = 0;
   virtual std::string align_path(std::int64_t numel, std::int32_t experts, std::int32_t block_size) = 0;
 };
 

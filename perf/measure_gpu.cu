@@ -13,6 +13,13 @@ namespace gpu = moe::gpu;
 
 __global__ void empty_kernel() {}
 
+__global__ void spin_kernel(long long cycles, long long* took) {  // busy for `cycles` SM clocks
+  const long long t0 = clock64();
+  while (clock64() - t0 < cycles) {
+  }
+  if (threadIdx.x == 0 && blockIdx.x == 0) *took = clock64() - t0;
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -38,10 +45,10 @@ struct GpuMeasure final : Measure {
     gpu::check(gpu::malloc(&flush, flush_bytes), "flush buffer");
   }
   ~GpuMeasure() override {
-    gpu::free(flush);
-    gpu::event_destroy(start);
-    gpu::event_destroy(stop);
-    gpu::stream_destroy(stream);
+    (void)gpu::free(flush);
+    (void)gpu::event_destroy(start);
+    (void)gpu::event_destroy(stop);
+    (void)gpu::stream_destroy(stream);
   }
 
   std::string device() override {
@@ -112,9 +119,23 @@ struct GpuMeasure final : Measure {
     gpu::check(gpu::memset_async(a, 1, n, stream), "init");
     gpu::check(gpu::copy_async(b, a, n, stream), "warm-up copy");
     const double ms = time_ms([&] { gpu::check(gpu::copy_async(b, a, n, stream), "copy"); }, 10);
-    gpu::free(a);
-    gpu::free(b);
+    gpu::check(gpu::free(a), "free");
+    gpu::check(gpu::free(b), "free");
     return 2.0 * static_cast<double>(n) / (ms * 1e-3) / 1e9;
+  }
+
+  double warm_up_mhz(double ms) override {
+    long long* took = nullptr;
+    gpu::check(gpu::malloc(reinterpret_cast<void**>(&took), sizeof(long long)), "spin");
+    const long long cycles = 20000000;  // 10 ms at 2 GHz
+    double mhz = 0;
+    for (double spent = 0; spent < ms;) {
+      const double t = time_ms([&] { spin_kernel<<<264, 128, 0, stream>>>(cycles, took); }, 1);
+      spent += t;
+      mhz = static_cast<double>(cycles) / (t * 1e3);
+    }
+    gpu::check(gpu::free(took), "free");
+    return mhz;
   }
 
   std::string align_path(std::int64_t numel, std::int32_t experts, std::int32_t block_size) override {

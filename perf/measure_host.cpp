@@ -43,6 +43,7 @@ struct HostMeasure final : Measure {
     return median(t);
   }
   double empty_node_us() override { return 0.0; }
+  double warm_up_mhz(double) override { return 0.0; }
   double copy_bandwidth_gbs() override {
     const std::size_t n = std::size_t{512} << 20;
     void* a = moe::malloc(n);

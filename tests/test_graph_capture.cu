@@ -15,9 +15,9 @@ struct Graph {
   gpu::graph_exec_t exec{};
   Graph() { REQUIRE(gpu::stream_create(&stream) == gpu::kSuccess); }
   ~Graph() {
-    if (exec) gpu::graph_exec_destroy(exec);
-    if (graph) gpu::graph_destroy(graph);
-    gpu::stream_destroy(stream);
+    if (exec) (void)gpu::graph_exec_destroy(exec);
+    if (graph) (void)gpu::graph_destroy(graph);
+    (void)gpu::stream_destroy(stream);
   }
   template <class F>
   void capture(F&& f) {

@@ -1,8 +1,9 @@
 // The one place where CUDA and HIP differ for this backend: a small namespaced layer (moe::gpu) over the
 // runtime calls and warp intrinsics the kernels use. Kernels and host glue are written once against it.
-//   MOE_GPU_HIP defined   -> HIP names (hip/hip_runtime.h): ROCm on AMD, or our own mapping onto CUDA
-//                            (backends/cuda_hip/hip_on_nvidia/) for the HIP-on-NVIDIA build.
-//   otherwise             -> CUDA runtime.
+// Runtime API:  MOE_GPU_HIP defined -> hip* names from hip/hip_runtime.h: ROCm's on AMD, or for the
+//               HIP-on-NVIDIA build our own mapping onto CUDA (backends/cuda_hip/hip_on_nvidia/);
+//               otherwise the CUDA runtime.
+// Device code:  by platform: AMD intrinsics (64-bit ballots, wavefront fences) or NVIDIA's.
 // Warp size: a compile-time DEVICE value (kWarpSize: 32 on NVIDIA, the wavefront size on AMD) for kernels,
 // and a run-time HOST query (device_warp_size()) for launch geometry. The two are never mixed.
 #pragma once
@@ -156,11 +157,10 @@ MOE_DEVICE int popc(std::uint64_t m) { return __popcll(m); }
 MOE_DEVICE int lowest_lane(std::uint32_t m) { return __ffs(m) - 1; }
 MOE_DEVICE int lowest_lane(std::uint64_t m) { return __ffsll(static_cast<unsigned long long>(m)) - 1; }
 
-#if defined(MOE_GPU_HIP)
+#if defined(__HIP_PLATFORM_AMD__)
 MOE_DEVICE lane_mask_t ballot(bool p) { return static_cast<lane_mask_t>(__ballot(p)); }
 template <class T> MOE_DEVICE T shfl_up(T v, int delta) { return __shfl_up(v, static_cast<unsigned>(delta)); }
 template <class T> MOE_DEVICE T shfl(T v, int src) { return __shfl(v, src); }
-#if defined(__HIP_PLATFORM_AMD__)
 // A wavefront runs in lockstep; what __syncwarp adds is ordering of its lanes' memory accesses, which on
 // AMD is a wavefront-scope fence (ROCm 5.2 has no __syncwarp).
 MOE_DEVICE void sync_warp() {
@@ -168,10 +168,7 @@ MOE_DEVICE void sync_warp() {
   __builtin_amdgcn_wave_barrier();
   __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "wavefront");
 }
-#else
-MOE_DEVICE void sync_warp() { __syncwarp(); }  // HIP on NVIDIA (hip_on_nvidia/ maps the hip* names)
-#endif
-#else
+#else  // NVIDIA: CUDA, or HIP on NVIDIA (compiled by nvcc): the same device intrinsics
 MOE_DEVICE lane_mask_t ballot(bool p) { return __ballot_sync(0xFFFFFFFFu, p); }
 template <class T> MOE_DEVICE T shfl_up(T v, int delta) { return __shfl_up_sync(0xFFFFFFFFu, v, delta); }
 template <class T> MOE_DEVICE T shfl(T v, int src) { return __shfl_sync(0xFFFFFFFFu, v, src); }

@@ -5,7 +5,9 @@
 
 #include <cstdint>
 
-#if defined(__CUDACC__) && !defined(__HIPCC__)
+#if defined(__HIPCC__)
+#include <hip/hip_runtime.h>  // __host__ / __device__
+#elif defined(__CUDACC__)
 #include <cuda_fp16.h>
 #endif
 

@@ -1,0 +1,205 @@
+// align_block_size with Kokkos patterns: the GPU family's algorithm (backends/cuda_hip/align_plan.hpp) in
+// five labelled kernels on one execution space instance:
+//   rank     TeamPolicy, one team per segment of consecutive ids, walking it in order: a per-team row of
+//            counters in scratch memory; within a step, an id's rank among the step's equal ids comes from
+//            comparing the step's keys in scratch (Kokkos has no ballots); rank[i] and table[expert][segment].
+//   rows     TeamPolicy, one team per expert: team parallel_scan over segments (in place), the expert's total.
+//   starts   parallel_scan over experts of the padded totals: where each expert starts; the padded total.
+//   scatter  parallel_for over ids: start + segment prefix + rank (no order left to keep).
+//   fill     parallel_for over output blocks: expert_ids, padding, tail.
+// No host synchronisation (no scan or reduce returns to the host). One path for every expert count: the
+// per-team row lives in level-0 scratch while it fits, in level-1 (global) scratch beyond.
+#include <algorithm>
+
+#include "backend.hpp"
+#include "dispatch.hpp"
+#include "runtime.hpp"
+
+namespace moe {
+namespace kokkos {
+
+namespace {
+
+constexpr std::size_t kAlign = 256;
+constexpr std::int64_t kMinSegment = 256, kMaxSegments = 1 << 16;
+
+struct Plan {
+  std::int64_t segment = 0, segments = 0;
+  std::size_t table = 0, totals = 0, starts = 0, rank = 0, scalars = 0, bytes = 0;
+};
+
+Plan make_plan(const detail::AlignShape& s) {
+  Plan p;
+  if (s.numel == 0) return p;
+  std::int64_t seg = std::max({kMinSegment, std::int64_t{s.num_experts}, (s.numel + kMaxSegments - 1) / kMaxSegments});
+  p.segment = (seg + 63) / 64 * 64;
+  p.segments = (s.numel + p.segment - 1) / p.segment;
+  std::size_t cursor = 0;
+  auto take = [&](std::int64_t count) {
+    const std::size_t at = cursor;
+    cursor += (static_cast<std::size_t>(count) * sizeof(std::int32_t) + kAlign - 1) / kAlign * kAlign;
+    return at;
+  };
+  p.table = take(p.segments * s.num_experts);
+  p.totals = take(s.num_experts);
+  p.starts = take(s.num_experts);
+  p.rank = take(s.numel);
+  p.scalars = take(1);
+  p.bytes = cursor;
+  return p;
+}
+
+using Team = Kokkos::TeamPolicy<Exec>::member_type;
+using ScratchInts = Kokkos::View<std::int32_t*, Exec::scratch_memory_space, Kokkos::MemoryUnmanaged>;
+
+KOKKOS_INLINE_FUNCTION std::int32_t round_up(std::int32_t v, std::int32_t m) { return (v + m - 1) / m * m; }
+
+}  // namespace
+
+template <class IdT>
+void align_ids(const detail::AlignShape& s, const detail::AlignArgs& a, const Plan& p, const Exec& exec) {
+  const IdT* ids = static_cast<const IdT*>(a.topk_ids);
+  char* ws = static_cast<char*>(a.workspace);
+  std::int32_t* table = reinterpret_cast<std::int32_t*>(ws + p.table);
+  std::int32_t* totals = reinterpret_cast<std::int32_t*>(ws + p.totals);
+  std::int32_t* starts = reinterpret_cast<std::int32_t*>(ws + p.starts);
+  std::int32_t* rank = reinterpret_cast<std::int32_t*>(ws + p.rank);
+  std::int32_t* scalars = reinterpret_cast<std::int32_t*>(ws + p.scalars);
+  std::int32_t* sorted = a.sorted_token_ids;
+  std::int32_t* expert_ids = a.expert_ids;
+  std::int32_t* post_pad = a.num_tokens_post_pad;
+  const std::int64_t n = s.numel, segment = p.segment, S = p.segments, max_padded = s.max_padded;
+  const std::int32_t E = s.num_experts, bs = s.block_size, sentinel = static_cast<std::int32_t>(s.numel);
+
+  // rank
+  const int T = team_size();
+  Kokkos::TeamPolicy<Exec> rank_policy(exec, static_cast<int>(S), T);
+  const std::size_t scratch = ScratchInts::shmem_size(E) + ScratchInts::shmem_size(T);
+  const int level = scratch <= static_cast<std::size_t>(rank_policy.scratch_size_max(0)) ? 0 : 1;
+  Kokkos::parallel_for(
+      "moe::align::rank", rank_policy.set_scratch_size(level, Kokkos::PerTeam(static_cast<int>(scratch))),
+      KOKKOS_LAMBDA(const Team& team) {
+        ScratchInts row(team.team_scratch(level), E);
+        ScratchInts keys(team.team_scratch(level), team.team_size());
+        const int t = team.team_rank(), size = team.team_size();
+        for (std::int32_t e = t; e < E; e += size) row(e) = 0;
+        team.team_barrier();
+        const std::int64_t seg = team.league_rank(), begin = seg * segment;
+        const std::int64_t end = begin + segment < n ? begin + segment : n;
+        for (std::int64_t base = begin; base < end; base += size) {
+          const std::int64_t i = base + t;
+          std::int32_t k = -1;
+          if (i < end) {
+            const auto v = static_cast<std::int64_t>(ids[i]);
+            k = (v >= 0 && v < E) ? static_cast<std::int32_t>(v) : -1;
+          }
+          keys(t) = k;
+          team.team_barrier();
+          std::int32_t below = 0;
+          bool last = true;
+          if (k >= 0)
+            for (int u = 0; u < size; ++u)
+              if (keys(u) == k) {
+                if (u < t) ++below;
+                if (u > t) last = false;
+              }
+          const std::int32_t before = k >= 0 ? row(k) : 0;
+          team.team_barrier();
+          if (k >= 0) {
+            rank[i] = before + below;
+            if (last) row(k) = before + below + 1;
+          }
+          team.team_barrier();
+        }
+        for (std::int32_t e = t; e < E; e += size) table[e * S + seg] = row(e);
+      });
+
+  // rows: per expert, exclusive prefix over segments in place, and the expert's total
+  Kokkos::parallel_for(
+      "moe::align::rows", Kokkos::TeamPolicy<Exec>(exec, E, Kokkos::AUTO), KOKKOS_LAMBDA(const Team& team) {
+        const std::int32_t e = team.league_rank();
+        std::int32_t* r = table + e * S;
+        std::int32_t total = 0;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, static_cast<int>(S)), [&](int j, std::int32_t& acc) { acc += r[j]; }, total);
+        team.team_barrier();
+        Kokkos::parallel_scan(Kokkos::TeamThreadRange(team, static_cast<int>(S)),
+                              [&](int j, std::int32_t& prefix, bool final) {
+                                const std::int32_t v = r[j];
+                                if (final) r[j] = prefix;
+                                prefix += v;
+                              });
+        Kokkos::single(Kokkos::PerTeam(team), [&]() { totals[e] = total; });
+      });
+
+  // starts: padded exclusive prefix over experts; the last expert also writes the padded total
+  Kokkos::parallel_scan(
+      "moe::align::starts", Kokkos::RangePolicy<Exec>(exec, 0, E),
+      KOKKOS_LAMBDA(const std::int32_t e, std::int32_t& prefix, const bool final) {
+        const std::int32_t padded = round_up(totals[e], bs);
+        if (final) {
+          starts[e] = prefix;
+          if (e == E - 1) {
+            scalars[0] = prefix + padded;
+            *post_pad = prefix + padded;
+          }
+        }
+        prefix += padded;
+      });
+
+  // scatter
+  Kokkos::parallel_for(
+      "moe::align::scatter", Kokkos::RangePolicy<Exec, Kokkos::IndexType<std::int64_t>>(exec, 0, n),
+      KOKKOS_LAMBDA(const std::int64_t i) {
+        const auto v = static_cast<std::int64_t>(ids[i]);
+        if (v < 0 || v >= E) return;
+        const auto e = static_cast<std::int32_t>(v);
+        sorted[starts[e] + table[e * S + i / segment] + rank[i]] = static_cast<std::int32_t>(i);
+      });
+
+  // fill: one output block each
+  Kokkos::parallel_for(
+      "moe::align::fill", Kokkos::RangePolicy<Exec, Kokkos::IndexType<std::int64_t>>(exec, 0, s.max_blocks),
+      KOKKOS_LAMBDA(const std::int64_t b) {
+        const std::int32_t total = scalars[0];
+        const auto p0 = static_cast<std::int32_t>(b * bs);
+        const std::int64_t p1 = p0 + bs < max_padded ? p0 + bs : max_padded;
+        if (p0 >= total) {
+          expert_ids[b] = -1;
+          for (std::int64_t q = p0; q < p1; ++q) sorted[q] = sentinel;
+          return;
+        }
+        std::int32_t lo = 0, hi = E - 1;  // the expert whose padded range holds p0
+        while (lo < hi) {
+          const std::int32_t mid = (lo + hi + 1) / 2;
+          if (starts[mid] <= p0) lo = mid; else hi = mid - 1;
+        }
+        expert_ids[b] = lo;
+        const std::int32_t ids_end = starts[lo] + totals[lo];
+        for (std::int32_t q = ids_end > p0 ? ids_end : p0; q < p0 + bs; ++q) sorted[q] = sentinel;
+      });
+}
+
+}  // namespace kokkos
+
+namespace backend {
+
+std::size_t align_workspace_size(const detail::AlignShape& shape) { return kokkos::make_plan(shape).bytes; }
+
+void align_block_size(const detail::AlignShape& shape, const detail::AlignArgs& args, void* stream) {
+  kokkos::ensure_initialized();
+  const kokkos::Exec exec = kokkos::instance_for(stream);
+  const kokkos::Plan plan = kokkos::make_plan(shape);
+  if (shape.numel == 0) {
+    std::int32_t* post_pad = args.num_tokens_post_pad;
+    Kokkos::parallel_for(
+        "moe::align::empty", Kokkos::RangePolicy<kokkos::Exec>(exec, 0, 1), KOKKOS_LAMBDA(int) { *post_pad = 0; });
+    return;
+  }
+  detail::dispatch_id_type(args.id_type, [&](auto tag) {
+    kokkos::align_ids<decltype(tag)>(shape, args, plan, exec);
+  });
+}
+
+}  // namespace backend
+}  // namespace moe

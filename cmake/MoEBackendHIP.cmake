@@ -1,0 +1,74 @@
+# HIP backend: the SAME kernel sources as CUDA (backends/cuda_hip/), compiled with MOE_GPU_HIP so that the
+# runtime calls go through hip* names. Two platforms:
+#   MOE_HIP_PLATFORM=AMD (default): HIP language (clang), MOE_HIP_ARCHITECTURES (default gfx90a;gfx940).
+#   MOE_HIP_PLATFORM=NVIDIA: nvcc compiles the same sources as CUDA, with backends/cuda_hip/hip_on_nvidia/
+#     (our mapping of the hip* names used onto CUDA) first on the include path.
+set(MOE_HIP_PLATFORM "AMD" CACHE STRING "HIP platform: AMD or NVIDIA")
+set_property(CACHE MOE_HIP_PLATFORM PROPERTY STRINGS AMD NVIDIA)
+if(NOT MOE_HIP_PLATFORM MATCHES "^(AMD|NVIDIA)$")
+  message(FATAL_ERROR "MOE_HIP_PLATFORM='${MOE_HIP_PLATFORM}': valid values are AMD, NVIDIA")
+endif()
+include(MoEGpuSources)
+set(moe_gpu_includes ${PROJECT_SOURCE_DIR}/backends/cuda_hip)
+
+if(MOE_HIP_PLATFORM STREQUAL "NVIDIA")
+  set(MOE_CUDA_ARCHITECTURES "90;80" CACHE STRING "CUDA architectures of the HIP-on-NVIDIA build")
+  if(NOT CMAKE_CUDA_ARCHITECTURES)
+    set(CMAKE_CUDA_ARCHITECTURES ${MOE_CUDA_ARCHITECTURES})
+  endif()
+  enable_language(CUDA)
+  find_package(CUDAToolkit REQUIRED)
+  set(CMAKE_CUDA_STANDARD 17)
+  set(moe_gpu_language CUDA)
+  list(PREPEND moe_gpu_includes ${PROJECT_SOURCE_DIR}/backends/cuda_hip/hip_on_nvidia)
+  target_link_libraries(moe_routing PUBLIC CUDA::cudart_static)
+  set_target_properties(moe_routing PROPERTIES CUDA_ARCHITECTURES "${CMAKE_CUDA_ARCHITECTURES}")
+  target_compile_options(moe_routing PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-ftz=false -prec-div=true -fmad=false>)
+  set(MOE_PACKAGE_DEPENDENCIES "find_dependency(CUDAToolkit)")
+else()
+  set(MOE_HIP_ARCHITECTURES "gfx90a;gfx940" CACHE STRING
+      "AMD GPU targets (gfx942/gfx950 need a ROCm newer than Debian's 5.2)")
+  if(NOT CMAKE_HIP_ARCHITECTURES)
+    set(CMAKE_HIP_ARCHITECTURES ${MOE_HIP_ARCHITECTURES})
+  endif()
+  if(MOE_HIP_DEBIAN_LAYOUT)
+    # CMake looks for <ROCm root>/lib/cmake/hip-lang; Debian keeps it under the multiarch cmake folder.
+    set(root ${CMAKE_BINARY_DIR}/debian-rocm-root)
+    file(MAKE_DIRECTORY ${root}/lib/cmake)
+    file(CREATE_LINK /usr/lib/x86_64-linux-gnu/cmake/hip-lang ${root}/lib/cmake/hip-lang SYMBOLIC)
+    set(CMAKE_HIP_COMPILER_ROCM_ROOT ${root} CACHE PATH "" FORCE)
+    list(APPEND CMAKE_PREFIX_PATH /usr/lib/x86_64-linux-gnu/cmake)
+    set(ENV{CMAKE_PREFIX_PATH} "/usr/lib/x86_64-linux-gnu/cmake")  # seen by try_compile too
+  endif()
+  enable_language(HIP)
+  set(CMAKE_HIP_STANDARD 17)
+  set(moe_gpu_language HIP)
+  set_target_properties(moe_routing PROPERTIES HIP_ARCHITECTURES "${CMAKE_HIP_ARCHITECTURES}")
+  target_compile_options(moe_routing PRIVATE $<$<COMPILE_LANGUAGE:HIP>:-fno-fast-math -ffp-contract=off
+                         -fno-gpu-flush-denormals-to-zero>)  # IEEE: moe_sum's bits
+  find_package(hip CONFIG REQUIRED)
+  target_link_libraries(moe_routing PUBLIC hip::host)
+  set(MOE_PACKAGE_DEPENDENCIES "find_dependency(hip CONFIG)")
+endif()
+
+set_source_files_properties(${MOE_GPU_SOURCES} PROPERTIES LANGUAGE ${moe_gpu_language})
+target_sources(moe_routing PRIVATE ${MOE_GPU_SOURCES})
+target_include_directories(moe_routing PRIVATE ${moe_gpu_includes})
+target_compile_definitions(moe_routing PRIVATE MOE_GPU_HIP=1)
+
+function(moe_gpu_helper_sources target)  # a test/perf file that uses gpu_runtime.hpp, compiled like the library
+  set(files ${ARGN})
+  set_source_files_properties(${files} PROPERTIES LANGUAGE ${moe_gpu_language})
+  target_sources(${target} PRIVATE ${files})
+  target_include_directories(${target} PRIVATE ${moe_gpu_includes} ${PROJECT_SOURCE_DIR}/core/src)
+  target_compile_definitions(${target} PRIVATE MOE_GPU_HIP=1)
+  if(moe_gpu_language STREQUAL "CUDA")
+    set_target_properties(${target} PROPERTIES CUDA_ARCHITECTURES "${CMAKE_CUDA_ARCHITECTURES}")
+  endif()
+endfunction()
+function(moe_backend_test_setup target)
+  moe_gpu_helper_sources(${target} ${PROJECT_SOURCE_DIR}/tests/test_graph_capture.cu)
+endfunction()
+function(moe_backend_perf_setup target)
+  moe_gpu_helper_sources(${target} ${PROJECT_SOURCE_DIR}/perf/measure_gpu.cu)
+endfunction()
