@@ -27,22 +27,22 @@ unsigned blocks_for(std::int64_t work, std::int64_t per_block) {
   return static_cast<unsigned>((work + per_block - 1) / per_block);
 }
 
-// The three multi-block phases over `segments` warp segments; returns nothing, writes through sink/out.
+// The three multi-block phases (rank, scan, scatter) over the plan's warp segments.
 template <bool kFill, class Src, class Sink>
 void counting_pass(const AlignPlan& p, const Src& src, int buckets, std::int32_t pad, std::int32_t* table,
-                   std::int32_t* totals, const Sink& sink, const AlignOut& out, std::int32_t* kept,
-                   std::int32_t* expert_hist, gpu::stream_t stream) {
+                   std::int32_t* totals, std::uint16_t* rank, const Sink& sink, const AlignOut& out,
+                   std::int32_t* kept, std::int32_t* expert_hist, gpu::stream_t stream) {
   const int warps = gpu::kThreads / gpu::device_warp_size();
   const unsigned grid = blocks_for(p.segments, warps);
   const std::size_t rows = ints(std::int64_t{warps} * (buckets + 1));
-  gpu::count_kernel<<<grid, gpu::kThreads, rows, stream>>>(src, p.segment, p.segments, buckets, table, expert_hist,
-                                                            p.key_bits);
+  gpu::count_kernel<<<grid, gpu::kThreads, rows, stream>>>(src, p.segment, p.segments, buckets, table, rank,
+                                                            expert_hist, p.key_bits);
   gpu::check_launch("count_kernel");
   gpu::row_scan_kernel<<<static_cast<unsigned>(buckets), gpu::kThreads, 0, stream>>>(table, p.segments, totals);
   gpu::check_launch("row_scan_kernel");
   const std::size_t smem = rows + ints(2 * std::int64_t{buckets} + warps + 1);
   gpu::scatter_kernel<kFill><<<grid, gpu::kThreads, smem, stream>>>(src, p.segment, p.segments, buckets, pad, table,
-                                                                    totals, sink, out, kept);
+                                                                    totals, rank, sink, out, kept);
   gpu::check_launch("scatter_kernel");
 }
 
@@ -58,7 +58,7 @@ void align_typed(const detail::AlignShape& s, const detail::AlignArgs& a, const 
       return;
     case gpu::AlignPath::kLatency: {
       const int warps = p.latency_threads / gpu::device_warp_size();
-      const std::size_t smem = ints(std::int64_t{warps} * (s.num_experts + 1) + 2 * s.num_experts + warps + 1);
+      const std::size_t smem = ints(std::int64_t{warps} * (s.num_experts + 1) + 2 * s.num_experts + warps + 1);  // at most
       const gpu::IdSource<IdT> src{ids, s.numel, s.num_experts, Digit{0, gpu::bits_for(s.num_experts)}};
       gpu::latency_kernel<<<1, p.latency_threads, smem, stream>>>(src, out);
       gpu::check_launch("latency_kernel");
@@ -67,7 +67,7 @@ void align_typed(const detail::AlignShape& s, const detail::AlignArgs& a, const 
     case gpu::AlignPath::kDirect: {
       const gpu::IdSource<IdT> src{ids, s.numel, s.num_experts, Digit{0, gpu::bits_for(s.num_experts)}};
       counting_pass<true>(p, src, s.num_experts, s.block_size, region<std::int32_t>(ws, p.table),
-                          region<std::int32_t>(ws, p.totals), gpu::SortedSink{a.sorted_token_ids}, out, nullptr,
+                          region<std::int32_t>(ws, p.totals), region<std::uint16_t>(ws, p.rank), gpu::SortedSink{a.sorted_token_ids}, out, nullptr,
                           nullptr, stream);
       return;
     }
@@ -82,14 +82,14 @@ void align_typed(const detail::AlignShape& s, const detail::AlignArgs& a, const 
       // pass 1: by the low digit, keeping (expert, index) of every kept id; counts per expert on the side
       const gpu::IdSource<IdT> src{ids, s.numel, s.num_experts, Digit{0, p.lo_bits}};
       counting_pass<false>(p, src, 1 << p.lo_bits, 1, region<std::int32_t>(ws, p.table1),
-                           region<std::int32_t>(ws, p.totals1), gpu::PairSink{keys, values}, out, &scalars[0],
+                           region<std::int32_t>(ws, p.totals1), region<std::uint16_t>(ws, p.rank), gpu::PairSink{keys, values}, out, &scalars[0],
                            count, stream);
       gpu::expert_scan_kernel<<<1, 1024, 0, stream>>>(count, start, padded, scalars, out);
       gpu::check_launch("expert_scan_kernel");
       // pass 2: by the high digit, stable, so the order is by expert then index; written padded
       const gpu::PairSource pairs{keys, values, &scalars[0], Digit{p.lo_bits, p.hi_bits}};
       counting_pass<false>(p, pairs, 1 << p.hi_bits, 1, region<std::int32_t>(ws, p.table2),
-                           region<std::int32_t>(ws, p.totals2), gpu::PaddedSink{a.sorted_token_ids, start, padded},
+                           region<std::int32_t>(ws, p.totals2), region<std::uint16_t>(ws, p.rank), gpu::PaddedSink{a.sorted_token_ids, start, padded},
                            out, nullptr, nullptr, stream);
       const unsigned grid = blocks_for(std::max<std::int64_t>(s.max_padded, s.num_experts * std::int64_t{32}),
                                        gpu::kThreads * 8);

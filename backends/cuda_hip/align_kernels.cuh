@@ -11,8 +11,6 @@
 namespace moe {
 namespace gpu {
 
-constexpr int kItems = 8;  // ids each lane loads ahead per batch (loads in flight before the first use)
-
 struct Item {
   std::int32_t key;    // expert, or -1 for a dropped id
   std::int32_t value;  // flat index into topk_ids
@@ -101,28 +99,32 @@ struct ExpertLayout {
   }
 };
 
-// expert_ids (all of it), the sentinels after each expert's ids, and the tail; `thread`/`threads` spread the
-// work over whatever threads the caller has (one block or a grid).
+// expert_ids (all of it), the sentinels that pad each expert's last block, and the tail; `thread`/`threads`
+// spread the work over whatever threads the caller has (one block or a grid). One thread per output block:
+// it finds the block's expert and, for the expert's last block, writes its padding.
 __device__ inline void fill_outputs(const ExpertLayout& lay, std::int32_t total, const AlignOut& o,
                                     std::int64_t thread, std::int64_t threads) {
-  const std::int64_t used_blocks = total / o.block_size;
-  for (std::int64_t b = thread; b < o.max_blocks; b += threads)
-    o.expert_ids[b] = b < used_blocks ? lay.expert_at(static_cast<std::int32_t>(b * o.block_size)) : -1;
-  // padding of expert e: [start + count, round_up(start + count)); one warp per expert, lanes coalesced
-  const std::int64_t warp = thread / kWarpSize, warps = threads / kWarpSize;
-  for (std::int64_t e = warp; e < o.num_experts; e += warps) {
-    const std::int32_t begin = lay.start[e] + lay.count[e];
-    const std::int32_t end = lay.count[e] == 0 ? begin : round_up(begin, o.block_size);
-    for (std::int32_t p = begin + lane_id(); p < end; p += kWarpSize) o.sorted[p] = o.numel;
+  const std::int32_t used_blocks = total / o.block_size;
+  for (std::int64_t b = thread; b < o.max_blocks; b += threads) {
+    if (b >= used_blocks) {
+      o.expert_ids[b] = -1;
+      continue;
+    }
+    const std::int32_t p0 = static_cast<std::int32_t>(b) * o.block_size;
+    const std::int32_t e = lay.expert_at(p0);
+    o.expert_ids[b] = e;
+    const std::int32_t ids_end = lay.start[e] + lay.count[e];
+    for (std::int32_t p = max(p0, ids_end); p < p0 + o.block_size; ++p) o.sorted[p] = o.numel;
   }
   for (std::int64_t p = total + thread; p < o.max_padded; p += threads) o.sorted[p] = o.numel;
 }
 
-// ---- one warp walking its segment in order ---------------------------------------------------------------
-// Calls step(item) once per kWarpSize consecutive ids, with all lanes together (warp-uniform control flow),
-// after loading kItems steps ahead.
-template <class Src, class Step>
-MOE_DEVICE void warp_walk(const Src& src, std::int64_t begin, std::int64_t end, Step&& step) {
+// ---- one warp ranking its segment in order ---------------------------------------------------------------
+// For each id of [begin, end), in order: its bucket and its rank among the ids of that bucket seen so far in
+// the segment (row[bucket] counts them). Lanes of one step with equal buckets rank in lane order, so the
+// ranks are stable. emit(i, item, bucket, rank) gets each valid id; ids are loaded kItems steps ahead.
+template <class Src, class Emit>
+MOE_DEVICE void warp_rank(const Src& src, std::int64_t begin, std::int64_t end, std::int32_t* row, Emit&& emit) {
   const int lane = lane_id();
   for (std::int64_t base = begin; base < end; base += std::int64_t{kItems} * kWarpSize) {
     Item items[kItems];
@@ -132,55 +134,34 @@ MOE_DEVICE void warp_walk(const Src& src, std::int64_t begin, std::int64_t end, 
       items[j] = i < end ? src.load(i) : Item{-1, 0};
     }
 #pragma unroll
-    for (int j = 0; j < kItems; ++j)
-      if (base + j * kWarpSize < end) step(items[j]);
+    for (int j = 0; j < kItems; ++j) {
+      if (base + j * kWarpSize >= end) continue;  // warp-uniform (no break: it would stop unrolling)
+      const Item& it = items[j];
+      const bool valid = it.key >= 0;
+      const int b = valid ? src.digit(it.key) : 0;
+      const lane_mask_t peers = match_bucket(b, valid, src.digit.bits);
+      const std::int32_t before = valid ? row[b] : 0;
+      sync_warp();  // every lane has read row[b] before its leader advances it
+      if (valid) {
+        const int rank = popc(peers & lanes_below());
+        emit(base + j * kWarpSize + lane, it, b, before + rank);
+        if (rank == 0) row[b] = before + popc(peers);
+      }
+      sync_warp();
+    }
   }
-}
-
-// row[bucket] += ids of the segment in that bucket. Optionally also expert_hist[expert] (global atomics,
-// aggregated per warp step): the radix path's per-expert counts.
-template <class Src>
-MOE_DEVICE void warp_count(const Src& src, std::int64_t begin, std::int64_t end, std::int32_t* row,
-                           std::int32_t* expert_hist, int key_bits) {
-  warp_walk(src, begin, end, [&](const Item& it) {
-    const bool valid = it.key >= 0;
-    const int b = valid ? src.digit(it.key) : 0;
-    const lane_mask_t peers = match_bucket(b, valid, src.digit.bits);
-    if (valid && lane_id() == lowest_lane(peers)) row[b] += popc(peers);
-    if (expert_hist != nullptr) {
-      const lane_mask_t same = match_bucket(it.key, valid, key_bits);
-      if (valid && lane_id() == lowest_lane(same)) atomicAdd(&expert_hist[it.key], popc(same));
-    }
-    sync_warp();
-  });
-}
-
-// Writes each id of the segment at row[bucket] + its rank, advancing row[bucket]: stable by construction.
-template <class Src, class Sink>
-MOE_DEVICE void warp_scatter(const Src& src, std::int64_t begin, std::int64_t end, std::int32_t* row,
-                             const Sink& sink) {
-  warp_walk(src, begin, end, [&](const Item& it) {
-    const bool valid = it.key >= 0;
-    const int b = valid ? src.digit(it.key) : 0;
-    const lane_mask_t peers = match_bucket(b, valid, src.digit.bits);
-    const std::int32_t base = valid ? row[b] : 0;
-    sync_warp();  // every lane has read row[b] before its leader advances it
-    if (valid) {
-      const int rank = popc(peers & lanes_below());
-      sink.write(base + rank, it);
-      if (rank == 0) row[b] = base + popc(peers);
-    }
-    sync_warp();
-  });
 }
 
 // ---- kernels ---------------------------------------------------------------------------------------------
 // Shared memory of the multi-block kernels: one row of counters per warp, stride buckets + 1 (odd: the
 // transposed accesses below stay free of bank conflicts).
 
+// Phase 1: each warp ranks its segment; the rank of id i inside its segment and bucket goes to rank[i]
+// (u16: segments are shorter than 65536), the segment's count per bucket to table[bucket][segment].
+// expert_hist (kRadix pass 1): also counts per expert, global atomics aggregated per warp step.
 template <class Src>
 __global__ void __launch_bounds__(kThreads) count_kernel(Src src, std::int64_t segment, std::int64_t segments,
-                                                         int buckets, std::int32_t* table,
+                                                         int buckets, std::int32_t* table, std::uint16_t* rank,
                                                          std::int32_t* expert_hist, int key_bits) {
   extern __shared__ std::int32_t smem[];
   const int W = warps_per_block(), stride = buckets + 1;
@@ -189,7 +170,17 @@ __global__ void __launch_bounds__(kThreads) count_kernel(Src src, std::int64_t s
   sync_warp();
   const std::int64_t seg0 = std::int64_t{blockIdx.x} * W, seg = seg0 + warp_id();
   const std::int64_t n = src.size();
-  if (seg < segments) warp_count(src, seg * segment, min(n, (seg + 1) * segment), row, expert_hist, key_bits);
+  if (seg < segments)
+    warp_rank(src, seg * segment, min(n, (seg + 1) * segment), row,
+              [&](std::int64_t i, const Item&, int, std::int32_t r) { rank[i] = static_cast<std::uint16_t>(r); });
+  if (expert_hist != nullptr && seg < segments) {  // per-expert counts: one more match, on the whole key
+    for (std::int64_t base = seg * segment; base < min(n, (seg + 1) * segment); base += kWarpSize) {
+      const std::int64_t i = base + lane_id();
+      const Item it = i < n && i < (seg + 1) * segment ? src.load(i) : Item{-1, 0};
+      const lane_mask_t same = match_bucket(it.key, it.key >= 0, key_bits);
+      if (it.key >= 0 && lane_id() == lowest_lane(same)) atomicAdd(&expert_hist[it.key], popc(same));
+    }
+  }
   __syncthreads();
   for (int t = threadIdx.x; t < W * buckets; t += blockDim.x) {  // table[bucket][segment], coalesced
     const int w = t % W, b = t / W;
@@ -197,7 +188,7 @@ __global__ void __launch_bounds__(kThreads) count_kernel(Src src, std::int64_t s
   }
 }
 
-// Per bucket (one block each): exclusive prefix over segments in place; the bucket's total to totals.
+// Phase 2, per bucket (one block each): exclusive prefix over segments in place; the bucket's total.
 __global__ void __launch_bounds__(kThreads) row_scan_kernel(std::int32_t* table, std::int64_t segments,
                                                             std::int32_t* totals) {
   __shared__ std::int32_t scratch[kThreads / 32 + 1];
@@ -206,14 +197,14 @@ __global__ void __launch_bounds__(kThreads) row_scan_kernel(std::int32_t* table,
   if (threadIdx.x == 0) totals[blockIdx.x] = total;
 }
 
-// Bucket starts from totals (padded to `pad`), then each warp's row = bucket start + its segment's prefix,
-// then the stable scatter. kFill: also write expert_ids, sentinels and post_pad (kDirect, bucket = expert).
-// kRadix pass 1 (pad 1) stores the number of kept ids in *kept.
+// Phase 3: bucket starts from totals (padded to `pad`); per segment and bucket, start + prefix; then every id
+// goes to that + its rank: no ordering left to respect, so all threads of the block take ids in turn.
+// kFill: also expert_ids, sentinels and post_pad (kDirect, bucket = expert). kept: the number of ids kept.
 template <bool kFill, class Src, class Sink>
 __global__ void __launch_bounds__(kThreads)
     scatter_kernel(Src src, std::int64_t segment, std::int64_t segments, int buckets, std::int32_t pad,
-                   const std::int32_t* table, const std::int32_t* totals, Sink sink, AlignOut out,
-                   std::int32_t* kept) {
+                   const std::int32_t* table, const std::int32_t* totals, const std::uint16_t* rank, Sink sink,
+                   AlignOut out, std::int32_t* kept) {
   extern __shared__ std::int32_t smem[];
   const int W = warps_per_block(), stride = buckets + 1;
   std::int32_t* start = smem + W * stride;  // [buckets]
@@ -231,8 +222,25 @@ __global__ void __launch_bounds__(kThreads)
     smem[w * stride + b] = start[b] + (seg0 + w < segments ? table[b * segments + seg0 + w] : 0);
   }
   __syncthreads();
-  const std::int64_t seg = seg0 + warp_id(), n = src.size();
-  if (seg < segments) warp_scatter(src, seg * segment, min(n, (seg + 1) * segment), smem + warp_id() * stride, sink);
+  const std::int64_t n = src.size();
+  for (int w = 0; w < W && seg0 + w < segments; ++w) {  // 32-bit indices: numel < 2^31
+    const std::int32_t* base = smem + w * stride;
+    const int end = static_cast<int>(min(n, (seg0 + w + 1) * segment));
+    const int step = kItems * static_cast<int>(blockDim.x);
+    for (int i0 = static_cast<int>((seg0 + w) * segment) + static_cast<int>(threadIdx.x); i0 < end; i0 += step) {
+      Item it[kItems];
+      std::int32_t r[kItems];
+#pragma unroll
+      for (int j = 0; j < kItems; ++j) {  // every load of the batch in flight before the first use
+        const int i = i0 + j * static_cast<int>(blockDim.x);
+        it[j] = i < end ? src.load(i) : Item{-1, 0};
+        r[j] = i < end ? rank[i] : 0;
+      }
+#pragma unroll
+      for (int j = 0; j < kItems; ++j)
+        if (it[j].key >= 0) sink.write(base[src.digit(it[j].key)] + r[j], it[j]);
+    }
+  }
   if (blockIdx.x == 0 && threadIdx.x == 0) {
     if (kept != nullptr) *kept = total;
     if (kFill) *out.post_pad = total;
@@ -242,23 +250,44 @@ __global__ void __launch_bounds__(kThreads)
                  std::int64_t{gridDim.x} * blockDim.x);
 }
 
-// kLatency: the three phases in one block. Rows of counters per warp, then per expert a prefix over warps.
+// kLatency: all phases in one block, one load per id. The block has as many warps as the ids need (the host
+// sizes it from numel); each ranks at most kItems steps of ids, kept in registers; one row of counters per
+// warp. Index math is 32-bit: numel < 2^31.
 template <class Src>
 __global__ void __launch_bounds__(1024) latency_kernel(Src src, AlignOut out) {
   extern __shared__ std::int32_t smem[];
-  const int W = warps_per_block(), E = out.num_experts, stride = E + 1;
+  const int E = out.num_experts, stride = E + 1, lane = lane_id(), warp = warp_id();
+  const int n = static_cast<int>(src.size());
+  const int W = warps_per_block();
+  const int steps = (n + kWarpSize - 1) / kWarpSize;
+  const int per = (steps + W - 1) / W;  // steps per warp, <= kItems
   std::int32_t* start = smem + W * stride;  // [E]
   std::int32_t* count = start + E;          // [E]
   std::int32_t* scratch = count + E;        // [W + 1]
   for (int t = threadIdx.x; t < W * stride; t += blockDim.x) smem[t] = 0;
+  Item items[kItems];
+  std::int32_t ranks[kItems];
+  const int first = warp * per * kWarpSize;
+#pragma unroll
+  for (int j = 0; j < kItems; ++j) {
+    const int i = first + j * kWarpSize + lane;
+    items[j] = (j < per && i < n) ? src.load(i) : Item{-1, 0};
+  }
   __syncthreads();
-  const std::int64_t n = src.size();
-  const std::int64_t per = (n + W * kWarpSize - 1) / (W * kWarpSize) * kWarpSize;  // whole steps per warp
-  const std::int64_t begin = min(n, warp_id() * per), end = min(n, begin + per);
-  std::int32_t* row = smem + warp_id() * stride;
-  warp_count(src, begin, end, row, static_cast<std::int32_t*>(nullptr), 0);
+  std::int32_t* row = smem + warp * stride;
+#pragma unroll
+  for (int j = 0; j < kItems; ++j) {
+    if (j >= per) continue;  // warp-uniform (no break: it would stop unrolling)
+    const bool valid = items[j].key >= 0;
+    const lane_mask_t peers = match_bucket(items[j].key, valid, src.digit.bits);
+    const std::int32_t before = valid ? row[items[j].key] : 0;
+    sync_warp();
+    ranks[j] = before + popc(peers & lanes_below());
+    if (valid && (peers & lanes_below()) == 0) row[items[j].key] = before + popc(peers);
+    sync_warp();
+  }
   __syncthreads();
-  for (int e = threadIdx.x; e < E; e += blockDim.x) {  // per expert: prefix over warps, in warp order
+  for (int e = threadIdx.x; e < E; e += blockDim.x) {  // per expert: prefix over the rows, in warp order
     std::int32_t run = 0;
     for (int w = 0; w < W; ++w) {
       const std::int32_t c = smem[w * stride + e];
@@ -270,9 +299,12 @@ __global__ void __launch_bounds__(1024) latency_kernel(Src src, AlignOut out) {
   }
   __syncthreads();
   const std::int32_t total = block_exclusive_scan(start, E, scratch);
-  for (int t = threadIdx.x; t < W * E; t += blockDim.x) smem[(t / E) * stride + t % E] += start[t % E];
-  __syncthreads();
-  warp_scatter(src, begin, end, row, SortedSink{out.sorted});
+#pragma unroll
+  for (int j = 0; j < kItems; ++j) {
+    if (j >= per) continue;
+    const Item& it = items[j];
+    if (it.key >= 0) out.sorted[start[it.key] + row[it.key] + ranks[j]] = it.value;
+  }
   if (threadIdx.x == 0) *out.post_pad = total;
   fill_outputs(ExpertLayout{start, count, E}, total, out, threadIdx.x, blockDim.x);
 }

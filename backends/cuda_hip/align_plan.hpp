@@ -6,13 +6,13 @@
 // owned by one warp that walks it in order, kWarpSize ids per step; lanes with the same bucket find each
 // other with ballots (match_bucket) and take consecutive ranks in lane order. So within a bucket, ids keep
 // their input order without any sort:
-//   count:   each warp counts its segment per bucket          -> table[bucket][segment]
+//   rank:    each warp ranks its segment per bucket            -> rank[i], table[bucket][segment]
 //   scan:    per bucket, exclusive prefix over segments        -> where each warp starts in each bucket
 //            per bucket, padded exclusive prefix over buckets  -> where each bucket starts in the output
-//   scatter: each warp walks its segment again, writing id i to start + running rank
+//   scatter: id i goes to bucket start + segment prefix + rank[i] (no order left to keep: fully parallel)
 // Paths:
-//   kLatency  numel <= kLatencyMaxNumel, experts <= kDirectMaxExperts: all three phases in ONE block of one
-//             launch (per-warp counts in shared memory, no workspace).
+//   kLatency  numel <= block threads * kItems, experts <= kDirectMaxExperts: all phases in ONE block of one
+//             launch, ranks in registers, per-warp counts in shared memory, no workspace.
 //   kDirect   experts <= kDirectMaxExperts: three launches over the whole GPU, bucket = expert.
 //   kRadix    more experts: two stable passes (low digit, then high digit of the expert, <= 8 bits each,
 //             same kernels), the second pass writing straight into the padded layout.
@@ -29,7 +29,7 @@ namespace gpu {
 
 constexpr int kThreads = 256;                       // block size of the multi-block kernels
 constexpr std::int32_t kDirectMaxExperts = 1024;    // per-warp rows of counters fit shared memory up to here
-constexpr std::int64_t kLatencyMaxNumel = 8192;     // one block is faster below this (perf/RESULTS.md)
+constexpr int kItems = 8;                           // ids per lane held in registers (loaded ahead)
 constexpr std::int64_t kMinSegment = 256;           // ids per warp at least
 constexpr std::int64_t kMaxSegments = 1 << 16;      // bounds the count table at huge numel
 constexpr std::size_t kAlign = 256;
@@ -53,7 +53,7 @@ struct AlignPlan {
   std::int64_t segments = 0;
   int lo_bits = 0, hi_bits = 0, key_bits = 0;  // kRadix: digit widths; bits of the largest expert id
   // workspace regions, byte offsets (kDirect: table, totals; kRadix: all but `table`/`totals`)
-  std::size_t table = 0, totals = 0;
+  std::size_t table = 0, totals = 0, rank = 0;  // rank: u16 per id (both multi-block paths)
   std::size_t table1 = 0, totals1 = 0, table2 = 0, totals2 = 0;
   std::size_t expert_count = 0, expert_start = 0, expert_padded_start = 0, pair_keys = 0, pair_values = 0,
               scalars = 0;  // scalars: [0] ids kept after dropping, [1] padded total
@@ -77,19 +77,24 @@ inline AlignPlan make_align_plan(const detail::AlignShape& s) {
     cursor += (static_cast<std::size_t>(count) * elem + kAlign - 1) / kAlign * kAlign;
     return at;
   };
-  auto segment_for = [&](std::int64_t buckets) {  // ids per warp: enough that the table stays <= ~numel
+  auto segment_for = [&](std::int64_t buckets) {  // ids per warp: enough that the table stays <= ~numel;
+                                                  // < 65536 always, so u16 ranks suffice
     std::int64_t seg = std::max({kMinSegment, buckets, (n + kMaxSegments - 1) / kMaxSegments});
     return (seg + 63) / 64 * 64;
   };
-  if (E <= kDirectMaxExperts && n <= kLatencyMaxNumel) {
+  const int max_threads = E <= 256 ? 1024 : E <= 512 ? 512 : 256;  // per-warp rows fit in ~40 KB
+  if (E <= kDirectMaxExperts && n <= std::int64_t{max_threads} * kItems) {
     p.path = AlignPath::kLatency;
-    p.latency_threads = E <= 256 ? 1024 : E <= 512 ? 512 : 256;  // per-warp rows fit in ~40 KB
+    // as many warps as the ids need at kItems steps of 32 ids each (in units of 64 threads: any warp size)
+    const std::int64_t warps32 = (n + 32 * kItems - 1) / (32 * kItems);
+    p.latency_threads = static_cast<int>(std::min<std::int64_t>(max_threads, (warps32 * 32 + 63) / 64 * 64));
   } else if (E <= kDirectMaxExperts) {
     p.path = AlignPath::kDirect;
     p.segment = segment_for(E);
     p.segments = (n + p.segment - 1) / p.segment;
     p.table = take(p.segments * E, sizeof(std::int32_t));
     p.totals = take(E, sizeof(std::int32_t));
+    p.rank = take(n, sizeof(std::uint16_t));
   } else {
     p.path = AlignPath::kRadix;
     p.key_bits = bits_for(E);
@@ -107,6 +112,7 @@ inline AlignPlan make_align_plan(const detail::AlignShape& s) {
     p.pair_keys = take(n, sizeof(std::int32_t));
     p.pair_values = take(n, sizeof(std::int32_t));
     p.scalars = take(2, sizeof(std::int32_t));
+    p.rank = take(n, sizeof(std::uint16_t));
   }
   p.bytes = cursor;
   return p;

@@ -69,6 +69,9 @@ void deallocate(void* ptr) noexcept {
 }
 void copy_to_device(void* dst, const void* src, std::size_t bytes) {
   gpu::check(gpu::copy_to_device(dst, src, bytes), "moe_memcpy_to_device");
+  // From pageable memory the copy may return before the data lands; the contract says it has landed
+  // (work on any stream may use it next), so wait for it.
+  gpu::check(gpu::stream_synchronize(nullptr), "moe_memcpy_to_device");
 }
 void copy_to_host(void* dst, const void* src, std::size_t bytes) {
   gpu::check(gpu::copy_to_host(dst, src, bytes), "moe_memcpy_to_host");

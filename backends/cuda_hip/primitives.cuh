@@ -43,16 +43,14 @@ __device__ T block_exclusive_scan(T* data, int n, T* scratch) {
   T local = 0;
   for (int i = begin; i < end; ++i) local += data[i];
   const T incl = warp_inclusive_scan(local);
-  if (lane_id() == kWarpSize - 1) scratch[warp_id()] = incl;
+  const int W = warps_per_block(), lane = lane_id();
+  if (lane == kWarpSize - 1) scratch[warp_id()] = incl;
   __syncthreads();
-  if (threadIdx.x == 0) {
-    T run = 0;
-    for (int w = 0; w < warps_per_block(); ++w) {
-      const T t = scratch[w];
-      scratch[w] = run;
-      run += t;
-    }
-    scratch[warps_per_block()] = run;
+  if (warp_id() == 0) {  // W <= kWarpSize: one warp scans the warps' totals
+    const T v = lane < W ? scratch[lane] : T{0};
+    const T inc = warp_inclusive_scan(v);
+    if (lane < W) scratch[lane] = inc - v;
+    if (lane == W - 1) scratch[W] = inc;
   }
   __syncthreads();
   T run = scratch[warp_id()] + incl - local;
@@ -61,7 +59,7 @@ __device__ T block_exclusive_scan(T* data, int n, T* scratch) {
     data[i] = run;
     run += v;
   }
-  const T total = scratch[warps_per_block()];
+  const T total = scratch[W];
   __syncthreads();
   return total;
 }
