@@ -1,6 +1,6 @@
 // moe_bench: times align_block_size and moe_sum on the configured backend over a catalogue of shapes, checks
 // each result against the reference first, prints a table and writes CSV.
-//   moe_bench [--suite targets|sweep|sum|large|all] [--csv FILE] [--quick] [--filter TEXT]
+//   moe_bench [--suite targets|sweep|sum|large|all] [--csv FILE] [--quick] [--filter TEXT] [--timing device|host]
 // Each row: median us per call replayed in a graph of 16 calls rotating input sets ("graph"), median us of a
 // single call with a cold L2 ("cold"), the floor (max of an empty graph node and the bytes the call must move
 // at the copy bandwidth measured in this run) and graph / floor.
@@ -192,7 +192,7 @@ void run_sum(Measure& m, const SumCase& c, double node_us, double bw) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string suite = "targets", csv = "moe_bench.csv";
+  std::string suite = "targets", csv = "moe_bench.csv", timing = "device";
   bool quick = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -200,8 +200,9 @@ int main(int argc, char** argv) {
     else if (a == "--csv" && i + 1 < argc) csv = argv[++i];
     else if (a == "--quick") quick = true;
     else if (a == "--filter" && i + 1 < argc) filter = argv[++i];
+    else if (a == "--timing" && i + 1 < argc) timing = argv[++i];
     else {
-      std::fprintf(stderr, "usage: moe_bench [--suite targets|sweep|sum|large|all] [--csv FILE] [--quick] [--filter TEXT]\n");
+      std::fprintf(stderr, "usage: moe_bench [--suite targets|sweep|sum|large|all] [--csv FILE] [--quick] [--filter TEXT] [--timing device|host]\n");
       return 2;
     }
   }
@@ -211,7 +212,8 @@ int main(int argc, char** argv) {
     std::printf("skipped: %s\n", e.what());
     return 77;
   }
-  auto m = moe_perf::make_measure();
+  // --timing host: host clock around back-to-back calls, for comparing backends that cannot be graph-captured
+  auto m = timing == "host" ? moe_perf::make_host_measure() : moe_perf::make_measure();
   const double mhz_start = m->warm_up_mhz(1500);
   const double node = m->empty_node_us(), bw = m->copy_bandwidth_gbs();
   std::printf("device: %s, backend %s, SM clock after warm-up %.0f MHz\n"

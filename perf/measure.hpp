@@ -29,6 +29,7 @@ struct Measure {
   virtual std::string align_path(std::int64_t numel, std::int32_t experts, std::int32_t block_size) = 0;
 };
 
-std::unique_ptr<Measure> make_measure();
+std::unique_ptr<Measure> make_measure();       // the backend's own timing (graphs + events on GPUs)
+std::unique_ptr<Measure> make_host_measure();  // host clock around calls + moe::synchronize, any backend
 
 }  // namespace moe_perf

@@ -65,6 +65,9 @@ struct HostMeasure final : Measure {
 
 }  // namespace
 
-std::unique_ptr<Measure> make_measure() { return std::make_unique<HostMeasure>(); }
+std::unique_ptr<Measure> make_host_measure() { return std::make_unique<HostMeasure>(); }
+#if !defined(MOE_PERF_DEVICE_TIMING)
+std::unique_ptr<Measure> make_measure() { return make_host_measure(); }
+#endif
 
 }  // namespace moe_perf

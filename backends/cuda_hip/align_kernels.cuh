@@ -100,21 +100,30 @@ struct ExpertLayout {
 };
 
 // expert_ids (all of it), the sentinels that pad each expert's last block, and the tail; `thread`/`threads`
-// spread the work over whatever threads the caller has (one block or a grid). One thread per output block:
-// it finds the block's expert and, for the expert's last block, writes its padding.
+// spread the work over whatever threads the caller has (one block or a grid; whole warps).
+//   expert_ids: one thread per output block, binary search of its expert.
+//   padding:    each warp looks at 32 experts at once, and writes the padding of those that have some with
+//               all lanes (coalesced): an expert without ids costs 1/32 of a step, one with ids a store or two.
+//   tail:       one thread per position.
 __device__ inline void fill_outputs(const ExpertLayout& lay, std::int32_t total, const AlignOut& o,
                                     std::int64_t thread, std::int64_t threads) {
   const std::int32_t used_blocks = total / o.block_size;
-  for (std::int64_t b = thread; b < o.max_blocks; b += threads) {
-    if (b >= used_blocks) {
-      o.expert_ids[b] = -1;
-      continue;
+  for (std::int64_t b = thread; b < o.max_blocks; b += threads)
+    o.expert_ids[b] = b < used_blocks ? lay.expert_at(static_cast<std::int32_t>(b) * o.block_size) : -1;
+  const int lane = lane_id();
+  const std::int64_t warp = thread / kWarpSize, warps = threads / kWarpSize;
+  for (std::int64_t e0 = warp * kWarpSize; e0 < o.num_experts; e0 += warps * kWarpSize) {  // warp-uniform
+    const std::int64_t e = e0 + lane;
+    std::int32_t begin = 0, end = 0;  // padding of expert e: from its last id to where the next expert starts
+    if (e < o.num_experts) {
+      begin = lay.start[e] + lay.count[e];
+      end = e + 1 < o.num_experts ? lay.start[e + 1] : total;
     }
-    const std::int32_t p0 = static_cast<std::int32_t>(b) * o.block_size;
-    const std::int32_t e = lay.expert_at(p0);
-    o.expert_ids[b] = e;
-    const std::int32_t ids_end = lay.start[e] + lay.count[e];
-    for (std::int32_t p = max(p0, ids_end); p < p0 + o.block_size; ++p) o.sorted[p] = o.numel;
+    for (lane_mask_t todo = ballot(begin < end); todo != 0; todo &= todo - 1) {
+      const int src = lowest_lane(todo);
+      const std::int32_t first = shfl(begin, src), last = shfl(end, src);
+      for (std::int32_t p = first + lane; p < last; p += kWarpSize) o.sorted[p] = o.numel;
+    }
   }
   for (std::int64_t p = total + thread; p < o.max_padded; p += threads) o.sorted[p] = o.numel;
 }
@@ -217,28 +226,40 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();
   const std::int32_t total = block_exclusive_scan(start, buckets, scratch);
   const std::int64_t seg0 = std::int64_t{blockIdx.x} * W;
-  for (int t = threadIdx.x; t < W * buckets; t += blockDim.x) {
-    const int w = t % W, b = t / W;
-    smem[w * stride + b] = start[b] + (seg0 + w < segments ? table[b * segments + seg0 + w] : 0);
+  const int cells = W * buckets;
+  for (int t0 = threadIdx.x; t0 < cells; t0 += kItems * static_cast<int>(blockDim.x)) {
+    std::int32_t v[kItems];  // all loads of the batch in flight before the first use
+#pragma unroll
+    for (int j = 0; j < kItems; ++j) {
+      const int t = t0 + j * static_cast<int>(blockDim.x), w = t % W, b = t / W;
+      v[j] = t < cells && seg0 + w < segments ? table[b * segments + seg0 + w] : 0;
+    }
+#pragma unroll
+    for (int j = 0; j < kItems; ++j) {
+      const int t = t0 + j * static_cast<int>(blockDim.x), w = t % W, b = t / W;
+      if (t < cells) smem[w * stride + b] = start[b] + v[j];
+    }
   }
   __syncthreads();
+  // The block's W segments are one contiguous range: walk it as one, kItems ids per thread per batch, every
+  // load of a batch in flight before the first use (one round trip per batch, not one per segment).
   const std::int64_t n = src.size();
-  for (int w = 0; w < W && seg0 + w < segments; ++w) {  // 32-bit indices: numel < 2^31
-    const std::int32_t* base = smem + w * stride;
-    const int end = static_cast<int>(min(n, (seg0 + w + 1) * segment));
-    const int step = kItems * static_cast<int>(blockDim.x);
-    for (int i0 = static_cast<int>((seg0 + w) * segment) + static_cast<int>(threadIdx.x); i0 < end; i0 += step) {
-      Item it[kItems];
-      std::int32_t r[kItems];
+  const int first = static_cast<int>(min(n, seg0 * segment));
+  const int end = static_cast<int>(min(n, (seg0 + W) * segment));  // 32-bit: numel < 2^31
+  const int seg_len = static_cast<int>(segment), step = kItems * static_cast<int>(blockDim.x);
+  for (int i0 = first + static_cast<int>(threadIdx.x); i0 < end; i0 += step) {
+    Item it[kItems];
+    std::int32_t r[kItems];
 #pragma unroll
-      for (int j = 0; j < kItems; ++j) {  // every load of the batch in flight before the first use
-        const int i = i0 + j * static_cast<int>(blockDim.x);
-        it[j] = i < end ? src.load(i) : Item{-1, 0};
-        r[j] = i < end ? rank[i] : 0;
-      }
+    for (int j = 0; j < kItems; ++j) {
+      const int i = i0 + j * static_cast<int>(blockDim.x);
+      it[j] = i < end ? src.load(i) : Item{-1, 0};
+      r[j] = i < end ? rank[i] : 0;
+    }
 #pragma unroll
-      for (int j = 0; j < kItems; ++j)
-        if (it[j].key >= 0) sink.write(base[src.digit(it[j].key)] + r[j], it[j]);
+    for (int j = 0; j < kItems; ++j) {
+      const int w = (i0 + j * static_cast<int>(blockDim.x) - first) / seg_len;
+      if (it[j].key >= 0) sink.write(smem[w * stride + src.digit(it[j].key)] + r[j], it[j]);
     }
   }
   if (blockIdx.x == 0 && threadIdx.x == 0) {

@@ -8,15 +8,19 @@ namespace moe {
 namespace gpu {
 
 // The lanes of this warp whose `bucket` equals mine, among lanes with `valid` set (0 for an invalid lane).
-// One ballot per bit of the bucket number: portable (AMD has no match.any) and cheap for the few bits
-// routing needs (8 for 256 experts).
+// NVIDIA: match.any. AMD (no such instruction): one ballot per bit of the bucket number.
 MOE_DEVICE lane_mask_t match_bucket(int bucket, bool valid, int bits) {
+#if !defined(__HIP_PLATFORM_AMD__)
+  (void)bits;  // every lane runs both intrinsics, valid or not
+  const lane_mask_t peers = __match_any_sync(0xFFFFFFFFu, bucket) & ballot(valid);
+#else
   lane_mask_t peers = ballot(valid);
   for (int k = 0; k < bits; ++k) {
     const bool bit = (bucket >> k) & 1;
     const lane_mask_t set = ballot(bit);
     peers &= bit ? set : ~set;
   }
+#endif
   return valid ? peers : lane_mask_t{0};
 }
 
@@ -41,6 +45,7 @@ __device__ T block_exclusive_scan(T* data, int n, T* scratch) {
   const int begin = min(n, static_cast<int>(threadIdx.x) * per);
   const int end = min(n, begin + per);
   T local = 0;
+#pragma unroll 4
   for (int i = begin; i < end; ++i) local += data[i];
   const T incl = warp_inclusive_scan(local);
   const int W = warps_per_block(), lane = lane_id();

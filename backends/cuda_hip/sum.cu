@@ -12,7 +12,6 @@ namespace backend {
 namespace {
 
 constexpr int kSumThreads = 128;
-constexpr int kMaxTopkInFlight = 8;  // loads issued together; larger topk goes in rounds of this many
 
 template <class Traits>
 struct alignas(16) Vec {  // 16 bytes of values
@@ -22,35 +21,48 @@ struct alignas(16) Vec {  // 16 bytes of values
 
 __device__ __forceinline__ float add(float a, float b) { return __fadd_rn(a, b); }
 
-// grid.x = num_tokens * chunks; each block covers kSumThreads vectors of one token's row.
-template <class Traits>
+// grid.x = num_tokens * chunks; each block covers kSumThreads * kVecs vectors of one token's row; each thread
+// kVecs vectors kSumThreads apart. kInFlight: input vectors loaded together (topk up to it in one round,
+// more in rounds). Small topk gets small kInFlight (fewer registers, more threads resident) and kVecs 2 (loads
+// in flight per thread): what a memory-bound kernel needs.
+template <class Traits, int kInFlight, int kVecs>
 __global__ void __launch_bounds__(kSumThreads) sum_vec_kernel(const Vec<Traits>* __restrict__ in, Vec<Traits>* __restrict__ out,
-                                                             std::int32_t topk, std::int64_t vecs_per_row,
-                                                             std::int64_t chunks) {
+                                                             std::int32_t topk, std::int32_t vecs_per_row,
+                                                             std::int32_t chunks) {
   constexpr int C = Vec<Traits>::kCount;
-  const std::int64_t token = blockIdx.x / chunks;
-  const std::int64_t v = (blockIdx.x % chunks) * kSumThreads + threadIdx.x;
-  if (v >= vecs_per_row) return;
-  const Vec<Traits>* src = in + token * topk * vecs_per_row + v;
-  float acc[C];
+  const std::int64_t token = blockIdx.x / static_cast<unsigned>(chunks);  // 32-bit division: grid < 2^31
+  const int v0 = static_cast<int>(blockIdx.x % static_cast<unsigned>(chunks)) * kSumThreads * kVecs + threadIdx.x;
+  const Vec<Traits>* src = in + token * topk * vecs_per_row;
+  float acc[kVecs][C];
 #pragma unroll
-  for (int c = 0; c < C; ++c) acc[c] = 0.0f;
-  for (int k0 = 0; k0 < topk; k0 += kMaxTopkInFlight) {
-    Vec<Traits> x[kMaxTopkInFlight];
+  for (int u = 0; u < kVecs; ++u)
 #pragma unroll
-    for (int k = 0; k < kMaxTopkInFlight; ++k)
-      if (k0 + k < topk) x[k] = src[(k0 + k) * vecs_per_row];
+    for (int c = 0; c < C; ++c) acc[u][c] = 0.0f;
+  for (int k0 = 0; k0 < topk; k0 += kInFlight) {
+    Vec<Traits> x[kVecs][kInFlight];
 #pragma unroll
-    for (int k = 0; k < kMaxTopkInFlight; ++k)
-      if (k0 + k < topk) {
+    for (int u = 0; u < kVecs; ++u)
 #pragma unroll
-        for (int c = 0; c < C; ++c) acc[c] = add(acc[c], Traits::load(x[k].v[c]));
-      }
+      for (int k = 0; k < kInFlight; ++k)
+        if (k0 + k < topk && v0 + u * kSumThreads < vecs_per_row)
+          x[u][k] = src[static_cast<std::int64_t>(k0 + k) * vecs_per_row + v0 + u * kSumThreads];
+#pragma unroll
+    for (int u = 0; u < kVecs; ++u)
+#pragma unroll
+      for (int k = 0; k < kInFlight; ++k)
+        if (k0 + k < topk) {
+#pragma unroll
+          for (int c = 0; c < C; ++c) acc[u][c] = add(acc[u][c], Traits::load(x[u][k].v[c]));
+        }
   }
-  Vec<Traits> y;
 #pragma unroll
-  for (int c = 0; c < C; ++c) y.v[c] = Traits::store(acc[c]);
-  out[token * vecs_per_row + v] = y;
+  for (int u = 0; u < kVecs; ++u) {
+    if (v0 + u * kSumThreads >= vecs_per_row) continue;
+    Vec<Traits> y;
+#pragma unroll
+    for (int c = 0; c < C; ++c) y.v[c] = Traits::store(acc[u][c]);
+    out[token * vecs_per_row + v0 + u * kSumThreads] = y;
+  }
 }
 
 // Any hidden / alignment: one element per thread.
@@ -74,9 +86,15 @@ void sum_typed(const detail::SumShape& s, const void* input, void* output, gpu::
   constexpr int C = Vec<Traits>::kCount;
   const bool aligned = (reinterpret_cast<std::uintptr_t>(input) | reinterpret_cast<std::uintptr_t>(output)) % 16 == 0;
   if (aligned && s.hidden % C == 0) {
-    const std::int64_t vecs = s.hidden / C, chunks = (vecs + kSumThreads - 1) / kSumThreads;
-    sum_vec_kernel<Traits><<<static_cast<unsigned>(s.num_tokens * chunks), kSumThreads, 0, stream>>>(
-        static_cast<const Vec<Traits>*>(input), static_cast<Vec<Traits>*>(output), s.topk, vecs, chunks);
+    const auto vecs = static_cast<std::int32_t>(s.hidden / C);
+    auto launch = [&](auto kernel, int vecs_per_thread) {
+      const std::int32_t chunks = (vecs + kSumThreads * vecs_per_thread - 1) / (kSumThreads * vecs_per_thread);
+      kernel<<<static_cast<unsigned>(s.num_tokens * chunks), kSumThreads, 0, stream>>>(
+          static_cast<const Vec<Traits>*>(input), static_cast<Vec<Traits>*>(output), s.topk, vecs, chunks);
+    };
+    if (s.topk <= 2) launch(sum_vec_kernel<Traits, 2, 2>, 2);
+    else if (s.topk <= 4) launch(sum_vec_kernel<Traits, 4, 1>, 1);
+    else launch(sum_vec_kernel<Traits, 8, 1>, 1);
   } else {
     const std::int64_t chunks = (s.hidden + kSumThreads - 1) / kSumThreads;
     sum_scalar_kernel<Traits><<<static_cast<unsigned>(s.num_tokens * chunks), kSumThreads, 0, stream>>>(
@@ -91,6 +109,7 @@ void sum(const detail::SumShape& shape, const void* input, moe_dtype_t dtype, vo
   const std::int64_t chunks = (shape.hidden + kSumThreads - 1) / kSumThreads;
   if (shape.num_tokens * chunks > 0x7FFFFFFF)
     throw Error(MOE_ERROR_UNSUPPORTED, "moe_sum: num_tokens * ceil(hidden / 128) exceeds the GPU grid (2^31 - 1)");
+  if (shape.hidden > 0x7FFFFFFF) throw Error(MOE_ERROR_UNSUPPORTED, "moe_sum: hidden >= 2^31 is not supported on GPUs");
   detail::dispatch_value_traits(dtype, [&](auto traits) {
     sum_typed<decltype(traits)>(shape, input, output, gpu::to_stream(stream));
   });

@@ -1,12 +1,12 @@
 // align_block_size with Kokkos patterns: the GPU family's algorithm (backends/cuda_hip/align_plan.hpp) in
-// five labelled kernels on one execution space instance:
+// four labelled kernels on one execution space instance:
 //   rank     TeamPolicy, one team per segment of consecutive ids, walking it in order: a per-team row of
 //            counters in scratch memory; within a step, an id's rank among the step's equal ids comes from
 //            comparing the step's keys in scratch (Kokkos has no ballots); rank[i] and table[expert][segment].
 //   rows     TeamPolicy, one team per expert: team parallel_scan over segments (in place), the expert's total.
-//   starts   parallel_scan over experts of the padded totals: where each expert starts; the padded total.
-//   scatter  parallel_for over ids: start + segment prefix + rank (no order left to keep).
-//   fill     parallel_for over output blocks: expert_ids, padding, tail.
+//   starts   one team's parallel_scan over experts of the padded totals: where each expert starts.
+//   scatter_fill  parallel_for: id i to start + segment prefix + rank (no order left to keep), and output
+//            block b's expert_ids, padding and tail.
 // No host synchronisation (no scan or reduce returns to the host). One path for every expert count: the
 // per-team row lives in level-0 scratch while it fits, in level-1 (global) scratch beyond.
 #include <algorithm>
@@ -22,6 +22,11 @@ namespace {
 
 constexpr std::size_t kAlign = 256;
 constexpr std::int64_t kMinSegment = 256, kMaxSegments = 1 << 16;
+// Host spaces: a team is one thread, so a few long segments (one thread walking each with a plain counter)
+// beat many short ones; 64 keeps every core of a large host busy. The count is fixed per build, not per
+// machine, so the workspace still depends on the shape alone.
+constexpr std::int64_t kHostSegments = 64;
+constexpr bool kHostSpace = Kokkos::SpaceAccessibility<Kokkos::HostSpace, Memory>::accessible;
 
 struct Plan {
   std::int64_t segment = 0, segments = 0;
@@ -31,7 +36,8 @@ struct Plan {
 Plan make_plan(const detail::AlignShape& s) {
   Plan p;
   if (s.numel == 0) return p;
-  std::int64_t seg = std::max({kMinSegment, std::int64_t{s.num_experts}, (s.numel + kMaxSegments - 1) / kMaxSegments});
+  const std::int64_t max_segments = kHostSpace ? kHostSegments : kMaxSegments;
+  std::int64_t seg = std::max({kMinSegment, std::int64_t{s.num_experts}, (s.numel + max_segments - 1) / max_segments});
   p.segment = (seg + 63) / 64 * 64;
   p.segments = (s.numel + p.segment - 1) / p.segment;
   std::size_t cursor = 0;
@@ -86,7 +92,13 @@ void align_ids(const detail::AlignShape& s, const detail::AlignArgs& a, const Pl
         team.team_barrier();
         const std::int64_t seg = team.league_rank(), begin = seg * segment;
         const std::int64_t end = begin + segment < n ? begin + segment : n;
-        for (std::int64_t base = begin; base < end; base += size) {
+        if (size == 1) {  // host: one thread walks the segment, a running count per expert is the rank
+          for (std::int64_t i = begin; i < end; ++i) {
+            const auto v = static_cast<std::int64_t>(ids[i]);
+            if (v >= 0 && v < E) rank[i] = row(static_cast<std::int32_t>(v))++;
+          }
+        }
+        for (std::int64_t base = begin; size > 1 && base < end; base += size) {
           const std::int64_t i = base + t;
           std::int32_t k = -1;
           if (i < end) {
@@ -132,35 +144,41 @@ void align_ids(const detail::AlignShape& s, const detail::AlignArgs& a, const Pl
         Kokkos::single(Kokkos::PerTeam(team), [&]() { totals[e] = total; });
       });
 
-  // starts: padded exclusive prefix over experts; the last expert also writes the padded total
-  Kokkos::parallel_scan(
-      "moe::align::starts", Kokkos::RangePolicy<Exec>(exec, 0, E),
-      KOKKOS_LAMBDA(const std::int32_t e, std::int32_t& prefix, const bool final) {
-        const std::int32_t padded = round_up(totals[e], bs);
-        if (final) {
-          starts[e] = prefix;
-          if (e == E - 1) {
-            scalars[0] = prefix + padded;
-            *post_pad = prefix + padded;
+  // starts: padded exclusive prefix over experts, by one team (a RangePolicy scan is two launches on GPUs);
+  // the last expert also writes the padded total
+  Kokkos::parallel_for(
+      "moe::align::starts", Kokkos::TeamPolicy<Exec>(exec, 1, Kokkos::AUTO), KOKKOS_LAMBDA(const Team& team) {
+        Kokkos::parallel_scan(Kokkos::TeamThreadRange(team, E), [&](const std::int32_t e, std::int32_t& prefix,
+                                                                    const bool final) {
+          const std::int32_t padded = round_up(totals[e], bs);
+          if (final) {
+            starts[e] = prefix;
+            if (e == E - 1) {
+              scalars[0] = prefix + padded;
+              *post_pad = prefix + padded;
+            }
+          }
+          prefix += padded;
+        });
+      });
+
+  // scatter (index i < numel: id i to its place) and fill (index b < max_blocks: expert_ids[b], its padding
+  // or tail): independent of each other, so one launch
+  const auto segment32 = static_cast<std::int32_t>(segment);  // 32-bit division: numel < 2^31
+  const std::int64_t max_blocks = s.max_blocks, work = n > max_blocks ? n : max_blocks;
+  Kokkos::parallel_for(
+      "moe::align::scatter_fill", Kokkos::RangePolicy<Exec, Kokkos::IndexType<std::int64_t>>(exec, 0, work),
+      KOKKOS_LAMBDA(const std::int64_t x) {
+        if (x < n) {
+          const auto i = static_cast<std::int32_t>(x);
+          const auto v = static_cast<std::int64_t>(ids[i]);
+          if (v >= 0 && v < E) {
+            const auto e = static_cast<std::int32_t>(v);
+            sorted[starts[e] + table[e * S + i / segment32] + rank[i]] = i;
           }
         }
-        prefix += padded;
-      });
-
-  // scatter
-  Kokkos::parallel_for(
-      "moe::align::scatter", Kokkos::RangePolicy<Exec, Kokkos::IndexType<std::int64_t>>(exec, 0, n),
-      KOKKOS_LAMBDA(const std::int64_t i) {
-        const auto v = static_cast<std::int64_t>(ids[i]);
-        if (v < 0 || v >= E) return;
-        const auto e = static_cast<std::int32_t>(v);
-        sorted[starts[e] + table[e * S + i / segment] + rank[i]] = static_cast<std::int32_t>(i);
-      });
-
-  // fill: one output block each
-  Kokkos::parallel_for(
-      "moe::align::fill", Kokkos::RangePolicy<Exec, Kokkos::IndexType<std::int64_t>>(exec, 0, s.max_blocks),
-      KOKKOS_LAMBDA(const std::int64_t b) {
+        if (x >= max_blocks) return;
+        const std::int64_t b = x;
         const std::int32_t total = scalars[0];
         const auto p0 = static_cast<std::int32_t>(b * bs);
         const std::int64_t p1 = p0 + bs < max_padded ? p0 + bs : max_padded;

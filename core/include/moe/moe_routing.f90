@@ -1,0 +1,88 @@
+! Fortran interface to the moe-routing C API (moe/routing.h), through iso_c_binding. Compile this file with
+! your Fortran compiler (modules are compiler-specific) and link MoERouting::moe_routing. Pointers are
+! type(c_ptr) in the backend's memory space (moe_malloc); sizes are c_int64_t / c_int32_t / c_size_t.
+module moe_routing
+  use, intrinsic :: iso_c_binding
+  implicit none
+
+  ! moe_status_t
+  integer(c_int), parameter :: MOE_SUCCESS = 0, MOE_ERROR_INVALID_ARGUMENT = 1, &
+                               MOE_ERROR_UNSUPPORTED = 2, MOE_ERROR_BACKEND = 3
+  ! moe_dtype_t
+  integer(c_int), parameter :: MOE_INT8 = 0, MOE_UINT8 = 1, MOE_INT16 = 2, MOE_INT32 = 3, MOE_INT64 = 4, &
+                               MOE_FLOAT32 = 5, MOE_FLOAT16 = 6, MOE_BFLOAT16 = 7
+
+  interface
+    function moe_backend_name() bind(C, name="moe_backend_name") result(p)
+      import :: c_ptr
+      type(c_ptr) :: p
+    end function
+    function moe_last_error() bind(C, name="moe_last_error") result(p)
+      import :: c_ptr
+      type(c_ptr) :: p
+    end function
+    integer(c_int) function moe_backend_check() bind(C, name="moe_backend_check")
+      import :: c_int
+    end function
+    integer(c_int) function moe_malloc(ptr, bytes) bind(C, name="moe_malloc")
+      import :: c_int, c_ptr, c_size_t
+      type(c_ptr), intent(out) :: ptr
+      integer(c_size_t), value :: bytes
+    end function
+    integer(c_int) function moe_free(ptr) bind(C, name="moe_free")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: ptr
+    end function
+    integer(c_int) function moe_memcpy_to_device(dst, src, bytes) bind(C, name="moe_memcpy_to_device")
+      import :: c_int, c_ptr, c_size_t
+      type(c_ptr), value :: dst, src
+      integer(c_size_t), value :: bytes
+    end function
+    integer(c_int) function moe_memcpy_to_host(dst, src, bytes) bind(C, name="moe_memcpy_to_host")
+      import :: c_int, c_ptr, c_size_t
+      type(c_ptr), value :: dst, src
+      integer(c_size_t), value :: bytes
+    end function
+    integer(c_int) function moe_synchronize(stream) bind(C, name="moe_synchronize")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: stream
+    end function
+    integer(c_int64_t) function moe_align_max_padded(numel, num_experts, block_size) &
+        bind(C, name="moe_align_max_padded")
+      import :: c_int64_t, c_int32_t
+      integer(c_int64_t), value :: numel
+      integer(c_int32_t), value :: num_experts, block_size
+    end function
+    integer(c_int64_t) function moe_align_max_blocks(numel, num_experts, block_size) &
+        bind(C, name="moe_align_max_blocks")
+      import :: c_int64_t, c_int32_t
+      integer(c_int64_t), value :: numel
+      integer(c_int32_t), value :: num_experts, block_size
+    end function
+    integer(c_int) function moe_align_workspace_size(numel, num_experts, block_size, bytes) &
+        bind(C, name="moe_align_workspace_size")
+      import :: c_int, c_int64_t, c_int32_t, c_size_t
+      integer(c_int64_t), value :: numel
+      integer(c_int32_t), value :: num_experts, block_size
+      integer(c_size_t), intent(out) :: bytes
+    end function
+    integer(c_int) function moe_align_block_size(topk_ids, id_type, numel, num_experts, block_size, &
+        sorted_token_ids, expert_ids, num_tokens_post_pad, workspace, workspace_bytes, stream) &
+        bind(C, name="moe_align_block_size")
+      import :: c_int, c_int64_t, c_int32_t, c_size_t, c_ptr
+      type(c_ptr), value :: topk_ids, sorted_token_ids, expert_ids, num_tokens_post_pad, workspace, stream
+      integer(c_int), value :: id_type
+      integer(c_int64_t), value :: numel
+      integer(c_int32_t), value :: num_experts, block_size
+      integer(c_size_t), value :: workspace_bytes
+    end function
+    integer(c_int) function moe_sum(input, dtype, num_tokens, topk, hidden, output, stream) &
+        bind(C, name="moe_sum")
+      import :: c_int, c_int64_t, c_int32_t, c_ptr
+      type(c_ptr), value :: input, output, stream
+      integer(c_int), value :: dtype
+      integer(c_int64_t), value :: num_tokens, hidden
+      integer(c_int32_t), value :: topk
+    end function
+  end interface
+end module moe_routing
