@@ -3,3 +3,24 @@ set(MOE_GPU_SOURCES
   ${PROJECT_SOURCE_DIR}/backends/cuda_hip/align.cu
   ${PROJECT_SOURCE_DIR}/backends/cuda_hip/sum.cu
   ${PROJECT_SOURCE_DIR}/backends/cuda_hip/backend.cu)
+
+# The CUDA language for the library, shared by the CUDA backend and the HIP backend's NVIDIA platform: the
+# architectures (MOE_CUDA_ARCHITECTURES, default 90;80), the static runtime, and IEEE arithmetic only (moe_sum
+# must give the reference's bits: no fast-math, no flush-to-zero, no contraction). A macro: enable_language
+# must run at file scope.
+macro(moe_gpu_cuda_language)
+  set(MOE_CUDA_ARCHITECTURES "90;80" CACHE STRING "CUDA architectures of the GPU kernels")
+  if(NOT CMAKE_CUDA_ARCHITECTURES)
+    set(CMAKE_CUDA_ARCHITECTURES ${MOE_CUDA_ARCHITECTURES})
+  endif()
+  enable_language(CUDA)
+  find_package(CUDAToolkit REQUIRED)
+  set(CMAKE_CUDA_STANDARD 17)
+  set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+  set_target_properties(moe_routing PROPERTIES CUDA_ARCHITECTURES "${CMAKE_CUDA_ARCHITECTURES}"
+                                               CUDA_SEPARABLE_COMPILATION OFF)
+  target_compile_options(moe_routing PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-ftz=false -prec-div=true -prec-sqrt=true
+                                               -fmad=false -Xptxas=-warn-spills,-warn-lmem-usage>)
+  target_link_libraries(moe_routing PUBLIC CUDA::cudart_static)
+  set(MOE_PACKAGE_DEPENDENCIES "find_dependency(CUDAToolkit)")
+endmacro()
