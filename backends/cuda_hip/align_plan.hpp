@@ -11,7 +11,7 @@
 //            per bucket, padded exclusive prefix over buckets  -> where each bucket starts in the output
 //   scatter: id i goes to bucket start + segment prefix + rank[i] (no order left to keep: fully parallel)
 // Paths:
-//   kLatency  numel <= block threads * kItems, experts <= kDirectMaxExperts: all phases in ONE block of one
+//   kLatency  numel <= 2048 (8192 for <= 16 experts), experts <= kDirectMaxExperts: all phases in ONE block of one
 //             launch, ranks in registers, per-warp counts in shared memory, no workspace.
 //   kDirect   experts <= kDirectMaxExperts: three launches over the whole GPU, bucket = expert.
 //   kRadix    more experts: two stable passes (low digit, then high digit of the expert, <= 8 bits each,
@@ -82,12 +82,19 @@ inline AlignPlan make_align_plan(const detail::AlignShape& s) {
     std::int64_t seg = std::max({kMinSegment, buckets, (n + kMaxSegments - 1) / kMaxSegments});
     return (seg + 63) / 64 * 64;
   };
-  const int max_threads = E <= 256 ? 1024 : E <= 512 ? 512 : 256;  // per-warp rows fit in ~40 KB
+  // One block (one SM) only while it beats three grid-wide launches (same-run A/B on an H100,
+  // perf/results/ab-h100-*.csv): at 8192 ids one block took 21.7 us (64 experts) and 25.0 us (256) against
+  // 15.3 and 17.4 us for the multi-block path; with 8 experts 9.7 against 10.8. So up to 2048 ids (256
+  // threads), or 8192 ids (1024 threads) when there are at most 16 experts.
+  const int max_threads = E <= 16 ? 1024 : 256;
   if (E <= kDirectMaxExperts && n <= std::int64_t{max_threads} * kItems) {
     p.path = AlignPath::kLatency;
-    // as many warps as the ids need at kItems steps of 32 ids each (in units of 64 threads: any warp size)
+    // as many warps as the ids need at kItems steps of 32 ids each, and as the experts need: the per-expert
+    // work (prefix, padding) is spread over the block, and 2 warps padding ~110 experts each took 21.7 us at
+    // 512 ids against 11.3 us at 2048 ids with 8 warps (H100, perf/NOTES.md step 11). Units of 64 threads.
     const std::int64_t warps32 = (n + 32 * kItems - 1) / (32 * kItems);
-    p.latency_threads = static_cast<int>(std::min<std::int64_t>(max_threads, (warps32 * 32 + 63) / 64 * 64));
+    const std::int64_t threads = std::max<std::int64_t>(warps32 * 32, std::min<std::int64_t>(max_threads, E));
+    p.latency_threads = static_cast<int>(std::min<std::int64_t>(max_threads, (threads + 63) / 64 * 64));
   } else if (E <= kDirectMaxExperts) {
     p.path = AlignPath::kDirect;
     p.segment = segment_for(E);
