@@ -37,9 +37,6 @@ inline error_t current_device(int* d) { return hipGetDevice(d); }
 inline error_t warp_size_attribute(int* v, int dev) {
   return hipDeviceGetAttribute(v, hipDeviceAttributeWarpSize, dev);
 }
-inline error_t sm_count_attribute(int* v, int dev) {
-  return hipDeviceGetAttribute(v, hipDeviceAttributeMultiprocessorCount, dev);
-}
 inline error_t malloc(void** p, std::size_t n) { return hipMalloc(p, n); }
 inline error_t free(void* p) { return hipFree(p); }
 inline error_t copy_to_device(void* d, const void* s, std::size_t n) { return hipMemcpy(d, s, n, hipMemcpyHostToDevice); }
@@ -83,9 +80,6 @@ inline error_t get_last_error() { return cudaGetLastError(); }
 inline error_t device_count(int* n) { return cudaGetDeviceCount(n); }
 inline error_t current_device(int* d) { return cudaGetDevice(d); }
 inline error_t warp_size_attribute(int* v, int dev) { return cudaDeviceGetAttribute(v, cudaDevAttrWarpSize, dev); }
-inline error_t sm_count_attribute(int* v, int dev) {
-  return cudaDeviceGetAttribute(v, cudaDevAttrMultiProcessorCount, dev);
-}
 inline error_t malloc(void** p, std::size_t n) { return cudaMalloc(p, n); }
 inline error_t free(void* p) { return cudaFree(p); }
 inline error_t copy_to_device(void* d, const void* s, std::size_t n) { return cudaMemcpy(d, s, n, cudaMemcpyHostToDevice); }

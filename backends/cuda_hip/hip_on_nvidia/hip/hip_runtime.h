@@ -24,7 +24,6 @@ constexpr hipMemcpyKind hipMemcpyHostToDevice = cudaMemcpyHostToDevice;
 constexpr hipMemcpyKind hipMemcpyDeviceToHost = cudaMemcpyDeviceToHost;
 constexpr hipMemcpyKind hipMemcpyDeviceToDevice = cudaMemcpyDeviceToDevice;
 constexpr hipDeviceAttribute_t hipDeviceAttributeWarpSize = cudaDevAttrWarpSize;
-constexpr hipDeviceAttribute_t hipDeviceAttributeMultiprocessorCount = cudaDevAttrMultiProcessorCount;
 constexpr hipDeviceAttribute_t hipDeviceAttributeL2CacheSize = cudaDevAttrL2CacheSize;
 constexpr hipStreamCaptureMode hipStreamCaptureModeGlobal = cudaStreamCaptureModeGlobal;
 constexpr unsigned hipStreamNonBlocking = cudaStreamNonBlocking;
