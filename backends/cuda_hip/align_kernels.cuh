@@ -129,9 +129,20 @@ __device__ inline void fill_outputs(const ExpertLayout& lay, std::int32_t total,
 }
 
 // ---- one warp ranking its segment in order ---------------------------------------------------------------
-// For each id of [begin, end), in order: its bucket and its rank among the ids of that bucket seen so far in
-// the segment (row[bucket] counts them). Lanes of one step with equal buckets rank in lane order, so the
-// ranks are stable. emit(i, item, bucket, rank) gets each valid id; ids are loaded kItems steps ahead.
+// One step of kWarpSize consecutive ids: each valid lane's rank among the ids of its bucket, counting the
+// row[bucket] ids the warp has seen before this step; lanes with equal buckets rank in lane order (stable), and
+// the lowest of them advances row[bucket]. All lanes call it together.
+MOE_DEVICE std::int32_t rank_step(int bucket, bool valid, int bits, std::int32_t* row) {
+  const lane_mask_t peers = match_bucket(bucket, valid, bits);
+  const std::int32_t before = valid ? row[bucket] : 0;
+  sync_warp();  // every lane has read row[bucket] before its leader advances it
+  const lane_mask_t below = peers & lanes_below();
+  if (valid && below == 0) row[bucket] = before + popc(peers);
+  sync_warp();
+  return before + popc(below);
+}
+
+// rank_step over [begin, end) in order, ids loaded kItems steps ahead; emit(i, rank) for each valid id.
 template <class Src, class Emit>
 MOE_DEVICE void warp_rank(const Src& src, std::int64_t begin, std::int64_t end, std::int32_t* row, Emit&& emit) {
   const int lane = lane_id();
@@ -145,18 +156,9 @@ MOE_DEVICE void warp_rank(const Src& src, std::int64_t begin, std::int64_t end, 
 #pragma unroll
     for (int j = 0; j < kItems; ++j) {
       if (base + j * kWarpSize >= end) continue;  // warp-uniform (no break: it would stop unrolling)
-      const Item& it = items[j];
-      const bool valid = it.key >= 0;
-      const int b = valid ? src.digit(it.key) : 0;
-      const lane_mask_t peers = match_bucket(b, valid, src.digit.bits);
-      const std::int32_t before = valid ? row[b] : 0;
-      sync_warp();  // every lane has read row[b] before its leader advances it
-      if (valid) {
-        const int rank = popc(peers & lanes_below());
-        emit(base + j * kWarpSize + lane, it, b, before + rank);
-        if (rank == 0) row[b] = before + popc(peers);
-      }
-      sync_warp();
+      const bool valid = items[j].key >= 0;
+      const std::int32_t r = rank_step(valid ? src.digit(items[j].key) : 0, valid, src.digit.bits, row);
+      if (valid) emit(base + j * kWarpSize + lane, r);
     }
   }
 }
@@ -181,7 +183,7 @@ __global__ void __launch_bounds__(kThreads) count_kernel(Src src, std::int64_t s
   const std::int64_t n = src.size();
   if (seg < segments)
     warp_rank(src, seg * segment, min(n, (seg + 1) * segment), row,
-              [&](std::int64_t i, const Item&, int, std::int32_t r) { rank[i] = static_cast<std::uint16_t>(r); });
+              [&](std::int64_t i, std::int32_t r) { rank[i] = static_cast<std::uint16_t>(r); });
   if (expert_hist != nullptr && seg < segments) {  // per-expert counts: one more match, on the whole key
     for (std::int64_t base = seg * segment; base < min(n, (seg + 1) * segment); base += kWarpSize) {
       const std::int64_t i = base + lane_id();
@@ -300,12 +302,7 @@ __global__ void __launch_bounds__(1024) latency_kernel(Src src, AlignOut out) {
   for (int j = 0; j < kItems; ++j) {
     if (j >= per) continue;  // warp-uniform (no break: it would stop unrolling)
     const bool valid = items[j].key >= 0;
-    const lane_mask_t peers = match_bucket(items[j].key, valid, src.digit.bits);
-    const std::int32_t before = valid ? row[items[j].key] : 0;
-    sync_warp();
-    ranks[j] = before + popc(peers & lanes_below());
-    if (valid && (peers & lanes_below()) == 0) row[items[j].key] = before + popc(peers);
-    sync_warp();
+    ranks[j] = rank_step(valid ? items[j].key : 0, valid, src.digit.bits, row);  // bucket = expert here
   }
   __syncthreads();
   for (int e = threadIdx.x; e < E; e += blockDim.x) {  // per expert: prefix over the rows, in warp order
