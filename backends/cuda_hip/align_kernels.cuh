@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "align_plan.hpp"
+#include "padded_layout.hpp"
 #include "primitives.cuh"
 
 namespace moe {
@@ -81,7 +82,7 @@ struct AlignOut {
   std::int64_t max_blocks;
 };
 
-MOE_DEVICE std::int32_t round_up(std::int32_t v, std::int32_t m) { return (v + m - 1) / m * m; }
+using layout::round_up;
 
 // Padded start of each expert and its count, in any memory. expert_at(p): the expert whose padded range
 // holds position p < total (the largest e with start[e] <= p; empty experts have zero width).
@@ -89,14 +90,7 @@ struct ExpertLayout {
   const std::int32_t* start;
   const std::int32_t* count;
   std::int32_t num_experts;
-  MOE_DEVICE std::int32_t expert_at(std::int32_t p) const {
-    std::int32_t lo = 0, hi = num_experts - 1;
-    while (lo < hi) {
-      const std::int32_t mid = (lo + hi + 1) / 2;
-      if (start[mid] <= p) lo = mid; else hi = mid - 1;
-    }
-    return lo;
-  }
+  MOE_DEVICE std::int32_t expert_at(std::int32_t p) const { return layout::expert_at(start, num_experts, p); }
 };
 
 // expert_ids (all of it), the sentinels that pad each expert's last block, and the tail; `thread`/`threads`

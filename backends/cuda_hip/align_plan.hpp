@@ -23,6 +23,7 @@
 #include <cstdint>
 
 #include "contract.hpp"
+#include "padded_layout.hpp"
 
 namespace moe {
 namespace gpu {
@@ -30,7 +31,6 @@ namespace gpu {
 constexpr int kThreads = 256;                       // block size of the multi-block kernels
 constexpr std::int32_t kDirectMaxExperts = 1024;    // per-warp rows of counters fit shared memory up to here
 constexpr int kItems = 8;                           // ids per lane held in registers (loaded ahead)
-constexpr std::int64_t kMinSegment = 256;           // ids per warp at least
 constexpr std::int64_t kMaxSegments = 1 << 16;      // bounds the count table at huge numel
 constexpr std::size_t kAlign = 256;
 
@@ -77,10 +77,8 @@ inline AlignPlan make_align_plan(const detail::AlignShape& s) {
     cursor += (static_cast<std::size_t>(count) * elem + kAlign - 1) / kAlign * kAlign;
     return at;
   };
-  auto segment_for = [&](std::int64_t buckets) {  // ids per warp: enough that the table stays <= ~numel;
-                                                  // < 65536 always, so u16 ranks suffice
-    std::int64_t seg = std::max({kMinSegment, buckets, (n + kMaxSegments - 1) / kMaxSegments});
-    return (seg + 63) / 64 * 64;
+  auto segment_for = [&](std::int64_t buckets) {  // < 65536 always, so u16 ranks suffice
+    return layout::segment_length(n, buckets, kMaxSegments);
   };
   // One block (one SM) only while it beats three grid-wide launches (same-run A/B on an H100,
   // perf/results/ab-h100-*.csv): at 8192 ids one block took 21.7 us (64 experts) and 25.0 us (256) against

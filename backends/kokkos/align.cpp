@@ -13,6 +13,7 @@
 
 #include "backend.hpp"
 #include "dispatch.hpp"
+#include "padded_layout.hpp"
 #include "runtime.hpp"
 
 namespace moe {
@@ -21,7 +22,7 @@ namespace kokkos {
 namespace {
 
 constexpr std::size_t kAlign = 256;
-constexpr std::int64_t kMinSegment = 256, kMaxSegments = 1 << 16;
+constexpr std::int64_t kMaxSegments = 1 << 16;
 // Host spaces: a team is one thread, so a few long segments (one thread walking each with a plain counter)
 // beat many short ones; 64 keeps every core of a large host busy. The count is fixed per build, not per
 // machine, so the workspace still depends on the shape alone.
@@ -37,8 +38,7 @@ Plan make_plan(const detail::AlignShape& s) {
   Plan p;
   if (s.numel == 0) return p;
   const std::int64_t max_segments = kHostSpace ? kHostSegments : kMaxSegments;
-  std::int64_t seg = std::max({kMinSegment, std::int64_t{s.num_experts}, (s.numel + max_segments - 1) / max_segments});
-  p.segment = (seg + 63) / 64 * 64;
+  p.segment = layout::segment_length(s.numel, s.num_experts, max_segments);
   p.segments = (s.numel + p.segment - 1) / p.segment;
   std::size_t cursor = 0;
   auto take = [&](std::int64_t count) {
@@ -57,8 +57,6 @@ Plan make_plan(const detail::AlignShape& s) {
 
 using Team = Kokkos::TeamPolicy<Exec>::member_type;
 using ScratchInts = Kokkos::View<std::int32_t*, Exec::scratch_memory_space, Kokkos::MemoryUnmanaged>;
-
-KOKKOS_INLINE_FUNCTION std::int32_t round_up(std::int32_t v, std::int32_t m) { return (v + m - 1) / m * m; }
 
 }  // namespace
 
@@ -150,7 +148,7 @@ void align_ids(const detail::AlignShape& s, const detail::AlignArgs& a, const Pl
       "moe::align::starts", Kokkos::TeamPolicy<Exec>(exec, 1, Kokkos::AUTO), KOKKOS_LAMBDA(const Team& team) {
         Kokkos::parallel_scan(Kokkos::TeamThreadRange(team, E), [&](const std::int32_t e, std::int32_t& prefix,
                                                                     const bool final) {
-          const std::int32_t padded = round_up(totals[e], bs);
+          const std::int32_t padded = layout::round_up(totals[e], bs);
           if (final) {
             starts[e] = prefix;
             if (e == E - 1) {
@@ -187,13 +185,9 @@ void align_ids(const detail::AlignShape& s, const detail::AlignArgs& a, const Pl
           for (std::int64_t q = p0; q < p1; ++q) sorted[q] = sentinel;
           return;
         }
-        std::int32_t lo = 0, hi = E - 1;  // the expert whose padded range holds p0
-        while (lo < hi) {
-          const std::int32_t mid = (lo + hi + 1) / 2;
-          if (starts[mid] <= p0) lo = mid; else hi = mid - 1;
-        }
-        expert_ids[b] = lo;
-        const std::int32_t ids_end = starts[lo] + totals[lo];
+        const std::int32_t e = layout::expert_at(starts, E, p0);
+        expert_ids[b] = e;
+        const std::int32_t ids_end = starts[e] + totals[e];
         for (std::int32_t q = ids_end > p0 ? ids_end : p0; q < p0 + bs; ++q) sorted[q] = sentinel;
       });
 }

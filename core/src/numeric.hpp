@@ -5,16 +5,10 @@
 
 #include <cstdint>
 
-#if defined(__HIPCC__)
-#include <hip/hip_runtime.h>  // __host__ / __device__
-#elif defined(__CUDACC__)
-#include <cuda_fp16.h>
-#endif
+#include "host_device.hpp"
 
-#if defined(__CUDACC__) || defined(__HIPCC__)
-#define MOE_HD __host__ __device__ __forceinline__
-#else
-#define MOE_HD inline
+#if defined(__CUDACC__) && !defined(__HIPCC__)
+#include <cuda_fp16.h>
 #endif
 
 namespace moe {
