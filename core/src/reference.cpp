@@ -24,8 +24,10 @@ void align_typed(const detail::AlignShape& s, const IdT* ids, const detail::Alig
   };
 
   std::fill(cursor, cursor + E, 0);
-  for (std::int64_t i = 0; i < n; ++i)
-    if (expert_of(i) >= 0) ++cursor[expert_of(i)];
+  for (std::int64_t i = 0; i < n; ++i) {
+    const std::int64_t e = expert_of(i);
+    if (e >= 0) ++cursor[e];
+  }
 
   std::fill(a.sorted_token_ids, a.sorted_token_ids + s.max_padded, static_cast<std::int32_t>(n));
   std::fill(a.expert_ids, a.expert_ids + s.max_blocks, -1);
@@ -37,8 +39,10 @@ void align_typed(const detail::AlignShape& s, const IdT* ids, const detail::Alig
     cursor[e] = static_cast<std::int32_t>(pos);
     pos += blocks * bs;
   }
-  for (std::int64_t i = 0; i < n; ++i)
-    if (expert_of(i) >= 0) a.sorted_token_ids[cursor[expert_of(i)]++] = static_cast<std::int32_t>(i);
+  for (std::int64_t i = 0; i < n; ++i) {
+    const std::int64_t e = expert_of(i);
+    if (e >= 0) a.sorted_token_ids[cursor[e]++] = static_cast<std::int32_t>(i);
+  }
   *a.num_tokens_post_pad = static_cast<std::int32_t>(pos);
 }
 
