@@ -1,6 +1,7 @@
 // align_block_size on random and adversarial inputs, every backend against the reference (and the reference
-// against an independent stable-sort oracle), bit for bit. Sizes cross every code path a backend has:
-// tiny (one launch), mid and large numel, few to 65536 experts.
+// against an independent stable-sort oracle), bit for bit. Sizes cross every code path a backend has: tiny
+// (<= 32 ids), one block, a cooperative grid (up to 2M ids), three launches (the 3M case), few to 65536
+// experts.
 #include "support.hpp"
 
 using namespace moe_test;

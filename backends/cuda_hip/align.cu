@@ -27,16 +27,26 @@ unsigned blocks_for(std::int64_t work, std::int64_t per_block) {
   return static_cast<unsigned>((work + per_block - 1) / per_block);
 }
 
+// kGrid needs all its blocks resident at once (cooperative launch); otherwise the caller takes kDirect.
+template <class Kernel>
+bool grid_fits(const AlignPlan& p, std::int32_t experts, Kernel kernel) {
+  const std::size_t smem = gpu::resident_smem_bytes(gpu::kThreads / gpu::device_warp_size(), experts);
+  int per_sm = 0;
+  gpu::check(gpu::max_active_blocks(&per_sm, kernel, gpu::kThreads, smem), "occupancy query");
+  return std::int64_t{per_sm} * gpu::device_sm_count() >= p.grid_blocks;
+}
+
 // The three multi-block phases (rank, scan, scatter) over the plan's warp segments.
+// sentinels: the count kernel also writes them (a pass before the one that places ids in sorted_token_ids).
 template <bool kFill, class Src, class Sink>
-void counting_pass(const AlignPlan& p, const Src& src, int buckets, std::int32_t pad, std::int32_t* table,
+void counting_pass(const AlignPlan& p, const Src& src, bool sentinels, int buckets, std::int32_t pad, std::int32_t* table,
                    std::int32_t* totals, std::uint16_t* rank, const Sink& sink, const AlignOut& out,
                    std::int32_t* kept, std::int32_t* expert_hist, gpu::stream_t stream) {
   const int warps = gpu::kThreads / gpu::device_warp_size();
   const unsigned grid = blocks_for(p.segments, warps);
   const std::size_t rows = ints(std::int64_t{warps} * (buckets + 1));
   gpu::count_kernel<<<grid, gpu::kThreads, rows, stream>>>(src, p.segment, p.segments, buckets, table, rank,
-                                                            expert_hist, p.key_bits);
+                                                            expert_hist, p.key_bits, sentinels, out);
   gpu::check_launch("count_kernel");
   gpu::row_scan_kernel<<<static_cast<unsigned>(buckets), gpu::kThreads, 0, stream>>>(table, p.segments, totals);
   gpu::check_launch("row_scan_kernel");
@@ -56,17 +66,38 @@ void align_typed(const detail::AlignShape& s, const detail::AlignArgs& a, const 
     case gpu::AlignPath::kEmpty:
       gpu::check(gpu::memset_async(a.num_tokens_post_pad, 0, sizeof(std::int32_t), stream), "memset post_pad");
       return;
+    case gpu::AlignPath::kTiny: {
+      const gpu::IdSource<IdT> src{ids, s.numel, s.num_experts, Digit{0, gpu::bits_for(s.num_experts)}};
+      // about 16 16-byte stores per thread for the sentinel tail
+      const unsigned grid = std::min(2048u, blocks_for(std::max(s.max_padded, s.max_blocks), gpu::kThreads * 64));
+      gpu::tiny_kernel<<<grid, gpu::kThreads, 0, stream>>>(src, out);
+      gpu::check_launch("tiny_kernel");
+      return;
+    }
     case gpu::AlignPath::kLatency: {
       const int warps = p.latency_threads / gpu::device_warp_size();
-      const std::size_t smem = ints(std::int64_t{warps} * (s.num_experts + 1) + 2 * s.num_experts + warps + 1);  // at most
       const gpu::IdSource<IdT> src{ids, s.numel, s.num_experts, Digit{0, gpu::bits_for(s.num_experts)}};
-      gpu::latency_kernel<<<1, p.latency_threads, smem, stream>>>(src, out);
+      gpu::latency_kernel<<<1, p.latency_threads, gpu::resident_smem_bytes(warps, s.num_experts), stream>>>(src, out);
       gpu::check_launch("latency_kernel");
       return;
     }
+    case gpu::AlignPath::kGrid:
     case gpu::AlignPath::kDirect: {
       const gpu::IdSource<IdT> src{ids, s.numel, s.num_experts, Digit{0, gpu::bits_for(s.num_experts)}};
-      counting_pass<true>(p, src, s.num_experts, s.block_size, region<std::int32_t>(ws, p.table),
+      if (p.path == gpu::AlignPath::kGrid && grid_fits(p, s.num_experts, gpu::grid_kernel<gpu::IdSource<IdT>>)) {
+        const std::size_t smem = gpu::resident_smem_bytes(gpu::kThreads / gpu::device_warp_size(), s.num_experts);
+        int per = p.grid_per;
+        auto* table = region<std::int32_t>(ws, p.grid_table);
+        auto* totals = region<std::int32_t>(ws, p.grid_totals);
+        AlignOut o = out;
+        gpu::IdSource<IdT> sv = src;
+        void* args[] = {&sv, &per, &table, &totals, &o};
+        gpu::check(gpu::launch_cooperative(gpu::grid_kernel<gpu::IdSource<IdT>>, static_cast<unsigned>(p.grid_blocks),
+                                           gpu::kThreads, args, smem, stream),
+                   "grid_kernel (cooperative launch)");
+        return;
+      }
+      counting_pass<true>(p, src, true, s.num_experts, s.block_size, region<std::int32_t>(ws, p.table),
                           region<std::int32_t>(ws, p.totals), region<std::uint16_t>(ws, p.rank), gpu::SortedSink{a.sorted_token_ids}, out, nullptr,
                           nullptr, stream);
       return;
@@ -81,14 +112,14 @@ void align_typed(const detail::AlignShape& s, const detail::AlignArgs& a, const 
       gpu::check(gpu::memset_async(count, 0, ints(s.num_experts), stream), "memset expert counts");
       // pass 1: by the low digit, keeping (expert, index) of every kept id; counts per expert on the side
       const gpu::IdSource<IdT> src{ids, s.numel, s.num_experts, Digit{0, p.lo_bits}};
-      counting_pass<false>(p, src, 1 << p.lo_bits, 1, region<std::int32_t>(ws, p.table1),
+      counting_pass<false>(p, src, true, 1 << p.lo_bits, 1, region<std::int32_t>(ws, p.table1),
                            region<std::int32_t>(ws, p.totals1), region<std::uint16_t>(ws, p.rank), gpu::PairSink{keys, values}, out, &scalars[0],
                            count, stream);
       gpu::expert_scan_kernel<<<1, 1024, 0, stream>>>(count, start, padded, scalars, out);
       gpu::check_launch("expert_scan_kernel");
       // pass 2: by the high digit, stable, so the order is by expert then index; written padded
       const gpu::PairSource pairs{keys, values, &scalars[0], Digit{p.lo_bits, p.hi_bits}};
-      counting_pass<false>(p, pairs, 1 << p.hi_bits, 1, region<std::int32_t>(ws, p.table2),
+      counting_pass<false>(p, pairs, false, 1 << p.hi_bits, 1, region<std::int32_t>(ws, p.table2),
                            region<std::int32_t>(ws, p.totals2), region<std::uint16_t>(ws, p.rank), gpu::PaddedSink{a.sorted_token_ids, start, padded},
                            out, nullptr, nullptr, stream);
       const unsigned grid = blocks_for(std::max<std::int64_t>(s.max_padded, s.num_experts * std::int64_t{32}),

@@ -93,33 +93,37 @@ struct ExpertLayout {
   MOE_DEVICE std::int32_t expert_at(std::int32_t p) const { return layout::expert_at(start, num_experts, p); }
 };
 
-// expert_ids (all of it), the sentinels that pad each expert's last block, and the tail; `thread`/`threads`
-// spread the work over whatever threads the caller has (one block or a grid; whole warps).
-//   expert_ids: one thread per output block, binary search of its expert.
-//   padding:    each warp looks at 32 experts at once, and writes the padding of those that have some with
-//               all lanes (coalesced): an expert without ids costs 1/32 of a step, one with ids a store or two.
-//   tail:       one thread per position.
-__device__ inline void fill_outputs(const ExpertLayout& lay, std::int32_t total, const AlignOut& o,
-                                    std::int64_t thread, std::int64_t threads) {
+// dst[begin, end) = value, by threads `thread` of `threads`: 16-byte stores between the unaligned ends (the
+// tails of sorted_token_ids and expert_ids are most of the bytes a small call writes).
+__device__ inline void fill_range(std::int32_t* dst, std::int64_t begin, std::int64_t end, std::int32_t value,
+                                  std::int64_t thread, std::int64_t threads) {
+  if (begin >= end) return;
+  const auto misalign = static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(dst + begin) & 15) / 4;
+  const std::int64_t head = min(end - begin, (4 - misalign) & 3);
+  if (thread < head) dst[begin + thread] = value;
+  const std::int64_t body = begin + head, vectors = (end - body) / 4;
+  int4* v = reinterpret_cast<int4*>(dst + body);
+  const int4 four = make_int4(value, value, value, value);
+  for (std::int64_t k = thread; k < vectors; k += threads) v[k] = four;
+  for (std::int64_t p = body + vectors * 4 + thread; p < end; p += threads) dst[p] = value;
+}
+
+// Every position of sorted_token_ids starts as the sentinel, written before any id is placed (a barrier or a
+// launch boundary orders the two): that covers each expert's padding and the tail in 16-byte stores, with
+// no loop over experts. (A loop over the experts that have padding cost ~150 ns per expert per warp on the
+// H200, serialised: perf/NOTES.md step 13.)
+__device__ inline void fill_sentinels(const AlignOut& o, std::int64_t thread, std::int64_t threads) {
+  fill_range(o.sorted, 0, o.max_padded, o.numel, thread, threads);
+}
+
+// expert_ids: one thread per used block, binary search of its expert; -1 after. `thread`/`threads` spread
+// the work over whatever threads the caller has (one block or a grid).
+__device__ inline void fill_expert_ids(const ExpertLayout& lay, std::int32_t total, const AlignOut& o,
+                                       std::int64_t thread, std::int64_t threads) {
   const std::int32_t used_blocks = total / o.block_size;
-  for (std::int64_t b = thread; b < o.max_blocks; b += threads)
-    o.expert_ids[b] = b < used_blocks ? lay.expert_at(static_cast<std::int32_t>(b) * o.block_size) : -1;
-  const int lane = lane_id();
-  const std::int64_t warp = thread / kWarpSize, warps = threads / kWarpSize;
-  for (std::int64_t e0 = warp * kWarpSize; e0 < o.num_experts; e0 += warps * kWarpSize) {  // warp-uniform
-    const std::int64_t e = e0 + lane;
-    std::int32_t begin = 0, end = 0;  // padding of expert e: from its last id to where the next expert starts
-    if (e < o.num_experts) {
-      begin = lay.start[e] + lay.count[e];
-      end = e + 1 < o.num_experts ? lay.start[e + 1] : total;
-    }
-    for (lane_mask_t todo = ballot(begin < end); todo != 0; todo &= todo - 1) {
-      const int src = lowest_lane(todo);
-      const std::int32_t first = shfl(begin, src), last = shfl(end, src);
-      for (std::int32_t p = first + lane; p < last; p += kWarpSize) o.sorted[p] = o.numel;
-    }
-  }
-  for (std::int64_t p = total + thread; p < o.max_padded; p += threads) o.sorted[p] = o.numel;
+  for (std::int64_t b = thread; b < used_blocks; b += threads)
+    o.expert_ids[b] = lay.expert_at(static_cast<std::int32_t>(b) * o.block_size);
+  fill_range(o.expert_ids, used_blocks, o.max_blocks, -1, thread, threads);
 }
 
 // ---- one warp ranking its segment in order ---------------------------------------------------------------
@@ -164,11 +168,15 @@ MOE_DEVICE void warp_rank(const Src& src, std::int64_t begin, std::int64_t end, 
 // Phase 1: each warp ranks its segment; the rank of id i inside its segment and bucket goes to rank[i]
 // (u16: segments are shorter than 65536), the segment's count per bucket to table[bucket][segment].
 // expert_hist (kRadix pass 1): also counts per expert, global atomics aggregated per warp step.
+// sentinels (the pass before the one that places ids): also fill_sentinels(out).
 template <class Src>
 __global__ void __launch_bounds__(kThreads) count_kernel(Src src, std::int64_t segment, std::int64_t segments,
                                                          int buckets, std::int32_t* table, std::uint16_t* rank,
-                                                         std::int32_t* expert_hist, int key_bits) {
+                                                         std::int32_t* expert_hist, int key_bits,
+                                                         bool sentinels, AlignOut out) {
   extern __shared__ std::int32_t smem[];
+  if (sentinels)
+    fill_sentinels(out, std::int64_t{blockIdx.x} * blockDim.x + threadIdx.x, std::int64_t{gridDim.x} * blockDim.x);
   const int W = warps_per_block(), stride = buckets + 1;
   std::int32_t* row = smem + warp_id() * stride;
   for (int b = lane_id(); b < buckets; b += kWarpSize) row[b] = 0;
@@ -204,7 +212,7 @@ __global__ void __launch_bounds__(kThreads) row_scan_kernel(std::int32_t* table,
 
 // Phase 3: bucket starts from totals (padded to `pad`); per segment and bucket, start + prefix; then every id
 // goes to that + its rank: no ordering left to respect, so all threads of the block take ids in turn.
-// kFill: also expert_ids, sentinels and post_pad (kDirect, bucket = expert). kept: the number of ids kept.
+// kFill: also expert_ids and post_pad (kDirect, bucket = expert). kept: the number of ids kept.
 template <bool kFill, class Src, class Sink>
 __global__ void __launch_bounds__(kThreads)
     scatter_kernel(Src src, std::int64_t segment, std::int64_t segments, int buckets, std::int32_t pad,
@@ -263,62 +271,182 @@ __global__ void __launch_bounds__(kThreads)
     if (kFill) *out.post_pad = total;
   }
   if (kFill)
-    fill_outputs(ExpertLayout{start, count, buckets}, total, out, std::int64_t{blockIdx.x} * blockDim.x + threadIdx.x,
-                 std::int64_t{gridDim.x} * blockDim.x);
+    fill_expert_ids(ExpertLayout{start, count, buckets}, total, out,
+                    std::int64_t{blockIdx.x} * blockDim.x + threadIdx.x, std::int64_t{gridDim.x} * blockDim.x);
 }
 
-// kLatency: all phases in one block, one load per id. The block has as many warps as the ids need (the host
-// sizes it from numel); each ranks at most kItems steps of ids, kept in registers; one row of counters per
-// warp. Index math is 32-bit: numel < 2^31.
-template <class Src>
-__global__ void __launch_bounds__(1024) latency_kernel(Src src, AlignOut out) {
-  extern __shared__ std::int32_t smem[];
-  const int E = out.num_experts, stride = E + 1, lane = lane_id(), warp = warp_id();
+// ---- the block-resident paths (kLatency, kGrid) ----------------------------------------------------------
+// A block ranks its ids in registers: warp w ranks `per` steps of kWarpSize consecutive ids from `first`
+// (one load per id, all in flight before the first rank). Shared memory holds one row of counters per warp
+// (stride E + 1); afterwards row w holds, per expert, the ids of that expert in warps before w (the block's
+// exclusive prefix over warps), and block_count[e] the block's total. Index math is 32-bit: numel < 2^31.
+template <int kMaxPer, class Src>
+__device__ void rank_block(const Src& src, int first, int per, std::int32_t* rows, std::int32_t* block_count,
+                           std::int32_t (&key)[kMaxPer], std::int32_t (&rank)[kMaxPer]) {
+  const int E = src.num_experts, stride = E + 1, lane = lane_id(), W = warps_per_block();
   const int n = static_cast<int>(src.size());
-  const int W = warps_per_block();
-  const int steps = (n + kWarpSize - 1) / kWarpSize;
-  const int per = (steps + W - 1) / W;  // steps per warp, <= kItems
-  std::int32_t* start = smem + W * stride;  // [E]
-  std::int32_t* count = start + E;          // [E]
-  std::int32_t* scratch = count + E;        // [W + 1]
-  for (int t = threadIdx.x; t < W * stride; t += blockDim.x) smem[t] = 0;
-  Item items[kItems];
-  std::int32_t ranks[kItems];
-  const int first = warp * per * kWarpSize;
+  for (int t = threadIdx.x; t < W * stride; t += blockDim.x) rows[t] = 0;
 #pragma unroll
-  for (int j = 0; j < kItems; ++j) {
+  for (int j = 0; j < kMaxPer; ++j) {
     const int i = first + j * kWarpSize + lane;
-    items[j] = (j < per && i < n) ? src.load(i) : Item{-1, 0};
+    key[j] = (j < per && i < n) ? src.load(i).key : -1;
   }
   __syncthreads();
-  std::int32_t* row = smem + warp * stride;
+  std::int32_t* row = rows + warp_id() * stride;
 #pragma unroll
-  for (int j = 0; j < kItems; ++j) {
+  for (int j = 0; j < kMaxPer; ++j) {
     if (j >= per) continue;  // warp-uniform (no break: it would stop unrolling)
-    const bool valid = items[j].key >= 0;
-    ranks[j] = rank_step(valid ? items[j].key : 0, valid, src.digit.bits, row);  // bucket = expert here
+    const bool valid = key[j] >= 0;
+    rank[j] = rank_step(valid ? key[j] : 0, valid, src.digit.bits, row);  // bucket = expert here
   }
   __syncthreads();
   for (int e = threadIdx.x; e < E; e += blockDim.x) {  // per expert: prefix over the rows, in warp order
     std::int32_t run = 0;
     for (int w = 0; w < W; ++w) {
-      const std::int32_t c = smem[w * stride + e];
-      smem[w * stride + e] = run;
+      const std::int32_t c = rows[w * stride + e];
+      rows[w * stride + e] = run;
       run += c;
     }
-    count[e] = run;
-    start[e] = round_up(run, out.block_size);
+    block_count[e] = run;
   }
   __syncthreads();
-  const std::int32_t total = block_exclusive_scan(start, E, scratch);
+}
+
+// The ranked ids of rank_block to their places: base[e] is where this block's ids of expert e begin.
+template <int kMaxPer>
+__device__ void place_block(const std::int32_t* rows, const std::int32_t* base, int E, int first, int per,
+                            const std::int32_t (&key)[kMaxPer], const std::int32_t (&rank)[kMaxPer],
+                            const AlignOut& out) {
+  const std::int32_t* row = rows + warp_id() * (E + 1);
 #pragma unroll
-  for (int j = 0; j < kItems; ++j) {
+  for (int j = 0; j < kMaxPer; ++j) {
     if (j >= per) continue;
-    const Item& it = items[j];
-    if (it.key >= 0) out.sorted[start[it.key] + row[it.key] + ranks[j]] = it.value;
+    if (key[j] >= 0) out.sorted[base[key[j]] + row[key[j]] + rank[j]] = first + j * kWarpSize + lane_id();
   }
+}
+
+// Padded starts of the experts from their counts, in shared memory; returns the padded total.
+__device__ inline std::int32_t padded_starts(const std::int32_t* count, std::int32_t* start, int E,
+                                             std::int32_t block_size, std::int32_t* scratch) {
+  for (int e = threadIdx.x; e < E; e += blockDim.x) start[e] = round_up(count[e], block_size);
+  __syncthreads();
+  return block_exclusive_scan(start, E, scratch);
+}
+
+// Shared memory of both: rows [W * (E + 1)], count [E], start [E], base [E], scratch [W + 1].
+inline std::size_t resident_smem_bytes(int warps, std::int32_t experts) {
+  return sizeof(std::int32_t) * (std::size_t(warps) * (experts + 1) + 3 * std::size_t(experts) + warps + 1);
+}
+
+// kLatency: all phases in one block, no workspace. The host sizes the block from numel and the experts;
+// each warp ranks at most kItems steps.
+template <class Src>
+__global__ void __launch_bounds__(kThreads) latency_kernel(Src src, AlignOut out) {
+  extern __shared__ std::int32_t smem[];
+  const int E = out.num_experts, W = warps_per_block();
+  std::int32_t* count = smem + W * (E + 1);
+  std::int32_t* start = count + E;
+  std::int32_t* scratch = start + 2 * E;
+  const int steps = (static_cast<int>(src.size()) + kWarpSize - 1) / kWarpSize;
+  const int per = (steps + W - 1) / W;
+  const int first = warp_id() * per * kWarpSize;
+  fill_sentinels(out, threadIdx.x, blockDim.x);  // ordered before place_block by rank_block's barriers
+  std::int32_t key[kItems], rank[kItems];
+  rank_block(src, first, per, smem, count, key, rank);
+  const std::int32_t total = padded_starts(count, start, E, out.block_size, scratch);
+  place_block(smem, start, E, first, per, key, rank, out);
   if (threadIdx.x == 0) *out.post_pad = total;
-  fill_outputs(ExpertLayout{start, count, E}, total, out, threadIdx.x, blockDim.x);
+  fill_expert_ids(ExpertLayout{start, count, E}, total, out, threadIdx.x, blockDim.x);
+}
+
+// kGrid: the same in ONE cooperative launch of co-resident blocks, each owning blockDim * per consecutive
+// ids; two grid-wide barriers take the place of two launch boundaries, and ranks stay in registers across
+// them. Global memory holds only each block's count per expert, table[e * gridDim + block].
+//   1. sentinels over the grid; rank_block; its counts -> table                    | grid barrier
+//   2. one warp per expert: exclusive prefix over the blocks in place, total      | grid barrier
+//   3. every block: padded starts from the totals; base = start + its block prefix; place; fill over the grid
+template <class Src>
+__global__ void __launch_bounds__(kThreads) grid_kernel(Src src, int per, std::int32_t* table,
+                                                        std::int32_t* totals, AlignOut out) {
+  extern __shared__ std::int32_t smem[];
+  const int E = out.num_experts, W = warps_per_block(), B = gridDim.x, b = blockIdx.x;
+  std::int32_t* count = smem + W * (E + 1);
+  std::int32_t* start = count + E;
+  std::int32_t* base = start + E;
+  std::int32_t* scratch = base + E;
+  const int first = (b * W + warp_id()) * per * kWarpSize;
+  const std::int64_t thread = std::int64_t{b} * blockDim.x + threadIdx.x, threads = std::int64_t{B} * blockDim.x;
+  fill_sentinels(out, thread, threads);  // ordered before place_block by the grid barriers
+  std::int32_t key[kGridItems], rank[kGridItems];
+  rank_block(src, first, per, smem, count, key, rank);
+  for (int e = threadIdx.x; e < E; e += blockDim.x) table[e * B + b] = count[e];
+  sync_grid();
+  const int warps = B * W;
+  for (int e = b * W + warp_id(); e < E; e += warps) {  // warp-uniform
+    // B <= kGridMaxBlocks: each lane holds a run of <= kGridMaxBlocks / kWarpSize values, all loaded at once
+    std::int32_t* col = table + e * B;
+    const int run = (B + kWarpSize - 1) / kWarpSize, lo = lane_id() * run, hi = min(B, lo + run);
+    std::int32_t v[kGridMaxBlocks / 32], local = 0;
+#pragma unroll
+    for (int k = 0; k < kGridMaxBlocks / 32; ++k) {
+      v[k] = lo + k < hi ? col[lo + k] : 0;
+      local += v[k];
+    }
+    const std::int32_t incl = warp_inclusive_scan(local);
+    std::int32_t at = incl - local;
+#pragma unroll
+    for (int k = 0; k < kGridMaxBlocks / 32; ++k) {
+      if (lo + k < hi) col[lo + k] = at;
+      at += v[k];
+    }
+    if (lane_id() == kWarpSize - 1) totals[e] = incl;
+  }
+  sync_grid();
+  for (int e = threadIdx.x; e < E; e += blockDim.x) {
+    count[e] = totals[e];
+    base[e] = table[e * B + b];
+  }
+  __syncthreads();
+  const std::int32_t total = padded_starts(count, start, E, out.block_size, scratch);
+  for (int e = threadIdx.x; e < E; e += blockDim.x) base[e] += start[e];
+  __syncthreads();
+  place_block(smem, base, E, first, per, key, rank, out);
+  if (b == 0 && threadIdx.x == 0) *out.post_pad = total;
+  fill_expert_ids(ExpertLayout{start, count, E}, total, out, thread, threads);
+}
+
+// kTiny: at most 32 ids, any number of experts. Every warp holds all ids, one per lane, and derives the
+// layout from them alone: the experts present and their counts (match_bucket), each one's padded start (the
+// padded counts of present experts with smaller numbers). Nothing is kept per expert, so 65536 experts cost
+// what 8 do. Block 0 writes the occupied part [0, total) of both outputs; the grid the rest.
+template <class Src>
+__global__ void __launch_bounds__(kThreads) tiny_kernel(Src src, AlignOut out) {
+  const int lane = lane_id(), n = static_cast<int>(src.size());
+  const std::int32_t key = lane < n ? src.load(lane).key : -1;
+  const bool valid = key >= 0;
+  const lane_mask_t peers = match_bucket(valid ? key : 0, valid, src.digit.bits);
+  const bool leader = valid && (peers & lanes_below()) == 0;
+  const std::int32_t padded = leader ? round_up(popc(peers), out.block_size) : 0;
+  std::int32_t start = 0, total = 0;  // start: of my expert
+  for (int j = 0; j < n; ++j) {  // n <= 32: uniform
+    const std::int32_t kj = shfl(key, j), pj = shfl(padded, j);
+    total += pj;
+    if (kj < key) start += pj;
+  }
+  const std::int64_t thread = std::int64_t{blockIdx.x} * blockDim.x + threadIdx.x,
+                     threads = std::int64_t{gridDim.x} * blockDim.x;
+  if (blockIdx.x == 0) {  // block-uniform
+    fill_range(out.sorted, 0, total, out.numel, threadIdx.x, blockDim.x);
+    __syncthreads();  // sentinels first, ids over them
+    if (warp_id() == 0) {
+      if (valid) out.sorted[start + popc(peers & lanes_below())] = lane;
+      if (leader)
+        for (std::int32_t q = start / out.block_size; q < (start + padded) / out.block_size; ++q) out.expert_ids[q] = key;
+      if (lane == 0) *out.post_pad = total;
+    }
+  }
+  fill_range(out.sorted, total, out.max_padded, out.numel, thread, threads);
+  fill_range(out.expert_ids, total / out.block_size, out.max_blocks, -1, thread, threads);
 }
 
 // kRadix, between the passes: per-expert unpadded and padded starts, and the padded total.
@@ -339,12 +467,12 @@ __global__ void __launch_bounds__(1024) expert_scan_kernel(const std::int32_t* e
   }
 }
 
-// kRadix, last: expert_ids, sentinels, tail.
+// kRadix, last: expert_ids.
 __global__ void __launch_bounds__(kThreads) fill_kernel(const std::int32_t* expert_padded_start,
                                                         const std::int32_t* expert_count,
                                                         const std::int32_t* scalars, AlignOut out) {
-  fill_outputs(ExpertLayout{expert_padded_start, expert_count, out.num_experts}, scalars[1], out,
-               std::int64_t{blockIdx.x} * blockDim.x + threadIdx.x, std::int64_t{gridDim.x} * blockDim.x);
+  fill_expert_ids(ExpertLayout{expert_padded_start, expert_count, out.num_experts}, scalars[1], out,
+                  std::int64_t{blockIdx.x} * blockDim.x + threadIdx.x, std::int64_t{gridDim.x} * blockDim.x);
 }
 
 }  // namespace gpu

@@ -11,8 +11,14 @@
 //            per bucket, padded exclusive prefix over buckets  -> where each bucket starts in the output
 //   scatter: id i goes to bucket start + segment prefix + rank[i] (no order left to keep: fully parallel)
 // Paths:
-//   kLatency  numel <= 2048 (8192 for <= 16 experts), experts <= kDirectMaxExperts: all phases in ONE block of one
+//   kTiny     numel <= 32, any number of experts: every warp derives the whole layout from the ids alone;
+//             the grid writes the sentinel tail.
+//   kLatency  numel <= 2048, experts <= kDirectMaxExperts: all phases in ONE block of one
 //             launch, ranks in registers, per-warp counts in shared memory, no workspace.
+//   kGrid     experts <= kDirectMaxExperts, up to kGridMaxBlocks blocks of kThreads x <= kGridItems ids: the
+//             kLatency kernel's scheme over co-resident blocks of ONE cooperative launch, two grid-wide
+//             barriers in place of launch boundaries. Falls back to kDirect (same workspace) on a device that
+//             cannot hold all the blocks at once.
 //   kDirect   experts <= kDirectMaxExperts: three launches over the whole GPU, bucket = expert.
 //   kRadix    more experts: two stable passes (low digit, then high digit of the expert, <= 8 bits each,
 //             same kernels), the second pass writing straight into the padded layout.
@@ -33,13 +39,19 @@ constexpr std::int32_t kDirectMaxExperts = 1024;    // per-warp rows of counters
 constexpr int kItems = 8;                           // ids per lane held in registers (loaded ahead)
 constexpr std::int64_t kMaxSegments = 1 << 16;      // bounds the count table at huge numel
 constexpr std::size_t kAlign = 256;
+constexpr std::int64_t kTinyMaxIds = 32;            // one warp step (NVIDIA and AMD)
+constexpr int kGridItems = 16;                      // kGrid: ids per thread held in registers, at most
+constexpr int kGridTargetBlocks = 128;              // kGrid: fewer ids per thread until about this many blocks
+constexpr int kGridMaxBlocks = 512;                 // kGrid: bounds the per-expert scan over blocks (registers)
 
-enum class AlignPath { kEmpty, kLatency, kDirect, kRadix };
+enum class AlignPath { kEmpty, kTiny, kLatency, kGrid, kDirect, kRadix };
 
 inline const char* path_name(AlignPath p) {
   switch (p) {
     case AlignPath::kEmpty: return "empty";
+    case AlignPath::kTiny: return "tiny";
     case AlignPath::kLatency: return "latency";
+    case AlignPath::kGrid: return "grid";
     case AlignPath::kDirect: return "direct";
     case AlignPath::kRadix: return "radix";
   }
@@ -49,6 +61,8 @@ inline const char* path_name(AlignPath p) {
 struct AlignPlan {
   AlignPath path = AlignPath::kEmpty;
   int latency_threads = 0;   // kLatency: block size
+  int grid_per = 0, grid_blocks = 0;  // kGrid: ids per thread, blocks
+  std::size_t grid_table = 0, grid_totals = 0;  // kGrid: workspace regions (kDirect's follow, for the fallback)
   std::int64_t segment = 0;  // kDirect/kRadix: ids per warp segment
   std::int64_t segments = 0;
   int lo_bits = 0, hi_bits = 0, key_bits = 0;  // kRadix: digit widths; bits of the largest expert id
@@ -80,21 +94,32 @@ inline AlignPlan make_align_plan(const detail::AlignShape& s) {
   auto segment_for = [&](std::int64_t buckets) {  // < 65536 always, so u16 ranks suffice
     return layout::segment_length(n, buckets, kMaxSegments);
   };
-  // One block (one SM) only while it beats three grid-wide launches (same-run A/B on an H100,
-  // perf/results/ab-h100-*.csv): at 8192 ids one block took 21.7 us (64 experts) and 25.0 us (256) against
-  // 15.3 and 17.4 us for the multi-block path; with 8 experts 9.7 against 10.8. So up to 2048 ids (256
-  // threads), or 8192 ids (1024 threads) when there are at most 16 experts.
-  const int max_threads = E <= 16 ? 1024 : 256;
-  if (E <= kDirectMaxExperts && n <= std::int64_t{max_threads} * kItems) {
+  // One block (one SM) up to 2048 ids (kThreads x kItems); beyond, the cooperative grid is faster: at 8192
+  // ids and 8 experts one block of 1024 threads took 9.96 us, the grid 8.4 us (H200, same run,
+  // perf/NOTES.md step 12), and with more experts the margin only grows.
+  if (n <= kTinyMaxIds) {
+    p.path = AlignPath::kTiny;
+  } else if (E <= kDirectMaxExperts && n <= std::int64_t{kThreads} * kItems) {
     p.path = AlignPath::kLatency;
     // as many warps as the ids need at kItems steps of 32 ids each, and as the experts need: the per-expert
-    // work (prefix, padding) is spread over the block, and 2 warps padding ~110 experts each took 21.7 us at
-    // 512 ids against 11.3 us at 2048 ids with 8 warps (H100, perf/NOTES.md step 11). Units of 64 threads.
+    // work (prefix over warps, expert_ids) is spread over the block, and 2 warps working for ~110 experts
+    // each took 21.7 us at 512 ids against 11.3 us at 2048 ids with 8 warps (H100, perf/NOTES.md step 11).
+    // Units of 64 threads.
     const std::int64_t warps32 = (n + 32 * kItems - 1) / (32 * kItems);
-    const std::int64_t threads = std::max<std::int64_t>(warps32 * 32, std::min<std::int64_t>(max_threads, E));
-    p.latency_threads = static_cast<int>(std::min<std::int64_t>(max_threads, (threads + 63) / 64 * 64));
+    const std::int64_t threads = std::max<std::int64_t>(warps32 * 32, std::min<std::int64_t>(kThreads, E));
+    p.latency_threads = static_cast<int>(std::min<std::int64_t>(kThreads, (threads + 63) / 64 * 64));
   } else if (E <= kDirectMaxExperts) {
     p.path = AlignPath::kDirect;
+    int per = 1;
+    while (per < kGridItems && n > std::int64_t{kThreads} * per * kGridTargetBlocks) per *= 2;
+    const std::int64_t blocks = (n + std::int64_t{kThreads} * per - 1) / (std::int64_t{kThreads} * per);
+    if (blocks <= kGridMaxBlocks) {
+      p.path = AlignPath::kGrid;
+      p.grid_per = per;
+      p.grid_blocks = static_cast<int>(blocks);
+      p.grid_table = take(blocks * E, sizeof(std::int32_t));
+      p.grid_totals = take(E, sizeof(std::int32_t));
+    }
     p.segment = segment_for(E);
     p.segments = (n + p.segment - 1) / p.segment;
     p.table = take(p.segments * E, sizeof(std::int32_t));

@@ -20,6 +20,20 @@ int device_warp_size() {
   return cached;
 }
 
+int device_sm_count() {
+  static int cached = 0;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    int dev = 0, n = 0;
+    if (current_device(&dev) == kSuccess && sm_count_attribute(&n, dev) == kSuccess) cached = n;
+    (void)get_last_error();
+  });
+  if (cached <= 0)
+    detail::throw_backend(std::string("cannot query the device's multiprocessor count (") + kRuntimeName +
+                          " device missing?)");
+  return cached;
+}
+
 }  // namespace gpu
 
 namespace {

@@ -15,7 +15,9 @@
 
 #if defined(MOE_GPU_HIP)
 #include <hip/hip_runtime.h>
+#include <hip/hip_cooperative_groups.h>
 #else
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 #endif
 
@@ -64,6 +66,18 @@ inline error_t copy_async(void* d, const void* s, std::size_t n, stream_t st) {
   return hipMemcpyAsync(d, s, n, hipMemcpyDeviceToDevice, st);
 }
 inline error_t l2_cache_bytes(int* v, int dev) { return hipDeviceGetAttribute(v, hipDeviceAttributeL2CacheSize, dev); }
+inline error_t sm_count_attribute(int* v, int dev) {
+  return hipDeviceGetAttribute(v, hipDeviceAttributeMultiprocessorCount, dev);
+}
+template <class Kernel>
+error_t max_active_blocks(int* n, Kernel kernel, int threads, std::size_t smem) {
+  return hipOccupancyMaxActiveBlocksPerMultiprocessor(n, reinterpret_cast<const void*>(kernel), threads, smem);
+}
+template <class Kernel>
+error_t launch_cooperative(Kernel kernel, unsigned grid, unsigned block, void** args, std::size_t smem, stream_t s) {
+  return hipLaunchCooperativeKernel(reinterpret_cast<const void*>(kernel), dim3(grid), dim3(block), args,
+                                    static_cast<unsigned>(smem), s);
+}
 inline error_t device_name(std::string* name, int dev) {
   hipDeviceProp_t p;
   const error_t e = hipGetDeviceProperties(&p, dev);
@@ -107,6 +121,15 @@ inline error_t copy_async(void* d, const void* s, std::size_t n, stream_t st) {
   return cudaMemcpyAsync(d, s, n, cudaMemcpyDeviceToDevice, st);
 }
 inline error_t l2_cache_bytes(int* v, int dev) { return cudaDeviceGetAttribute(v, cudaDevAttrL2CacheSize, dev); }
+inline error_t sm_count_attribute(int* v, int dev) { return cudaDeviceGetAttribute(v, cudaDevAttrMultiProcessorCount, dev); }
+template <class Kernel>
+error_t max_active_blocks(int* n, Kernel kernel, int threads, std::size_t smem) {
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(n, reinterpret_cast<const void*>(kernel), threads, smem);
+}
+template <class Kernel>
+error_t launch_cooperative(Kernel kernel, unsigned grid, unsigned block, void** args, std::size_t smem, stream_t s) {
+  return cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(kernel), dim3(grid), dim3(block), args, smem, s);
+}
 inline error_t device_name(std::string* name, int dev) {
   cudaDeviceProp p;
   const error_t e = cudaGetDeviceProperties(&p, dev);
@@ -125,8 +148,9 @@ inline void check_launch(const char* kernel) { check(get_last_error(), kernel); 
 
 inline stream_t to_stream(void* s) { return static_cast<stream_t>(s); }
 
-// Run-time host query, cached per process for the current device at first use.
+// Run-time host queries, cached per process for the current device at first use.
 int device_warp_size();
+int device_sm_count();
 
 // ---- device: warp intrinsics -----------------------------------------------------------------------------
 #if defined(__HIP_PLATFORM_AMD__) && defined(__AMDGCN_WAVEFRONT_SIZE)
@@ -168,6 +192,8 @@ template <class T> MOE_DEVICE T shfl_up(T v, int delta) { return __shfl_up_sync(
 template <class T> MOE_DEVICE T shfl(T v, int src) { return __shfl_sync(0xFFFFFFFFu, v, src); }
 MOE_DEVICE void sync_warp() { __syncwarp(); }
 #endif
+// Barrier of the whole grid, with its memory made visible. Only in kernels started by launch_cooperative.
+MOE_DEVICE void sync_grid() { cooperative_groups::this_grid().sync(); }
 #endif  // device compilers
 
 }  // namespace gpu

@@ -25,6 +25,7 @@ constexpr hipMemcpyKind hipMemcpyDeviceToHost = cudaMemcpyDeviceToHost;
 constexpr hipMemcpyKind hipMemcpyDeviceToDevice = cudaMemcpyDeviceToDevice;
 constexpr hipDeviceAttribute_t hipDeviceAttributeWarpSize = cudaDevAttrWarpSize;
 constexpr hipDeviceAttribute_t hipDeviceAttributeL2CacheSize = cudaDevAttrL2CacheSize;
+constexpr hipDeviceAttribute_t hipDeviceAttributeMultiprocessorCount = cudaDevAttrMultiProcessorCount;
 constexpr hipStreamCaptureMode hipStreamCaptureModeGlobal = cudaStreamCaptureModeGlobal;
 constexpr unsigned hipStreamNonBlocking = cudaStreamNonBlocking;
 
@@ -57,3 +58,10 @@ inline hipError_t hipGraphInstantiate(hipGraphExec_t* e, hipGraph_t g, hipGraphN
 inline hipError_t hipGraphLaunch(hipGraphExec_t e, hipStream_t s) { return cudaGraphLaunch(e, s); }
 inline hipError_t hipGraphDestroy(hipGraph_t g) { return cudaGraphDestroy(g); }
 inline hipError_t hipGraphExecDestroy(hipGraphExec_t e) { return cudaGraphExecDestroy(e); }
+inline hipError_t hipOccupancyMaxActiveBlocksPerMultiprocessor(int* n, const void* f, int threads, size_t smem) {
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(n, f, threads, smem);
+}
+inline hipError_t hipLaunchCooperativeKernel(const void* f, dim3 grid, dim3 block, void** args, unsigned smem,
+                                             hipStream_t s) {
+  return cudaLaunchCooperativeKernel(f, grid, block, args, smem, s);
+}
