@@ -1,5 +1,7 @@
 // GPU backends only: every hot call is captured into a graph on a non-default stream and replayed. Capture
 // fails if a call allocates or synchronises with the host; the replayed results must equal the reference.
+#include <cstring>
+
 #include "gpu_runtime.hpp"
 #include "support.hpp"
 
@@ -89,4 +91,98 @@ TEST_CASE("graph capture: moe_sum") {
   moe::reference::sum(x.data(), tokens, topk, hidden, ref.data());
   const auto got = to_host(out);
   CHECK(std::memcmp(got.data(), ref.data(), got.size() * sizeof(moe::bfloat16_t)) == 0);
+}
+
+// Stream order across calls. On sm_90+ CUDA each kernel may be scheduled while the one before it still runs
+// (programmatic serialisation, gpu_runtime.hpp) and must wait before touching memory. In these chains each
+// call reads what the call before wrote (read after write) and writes what the call before read (write after
+// read: ping-pong buffers), so a call that started early would see a buffer of two steps before. Run on a
+// stream and as a replayed graph; compared with the same chain on the reference.
+namespace {
+template <class Chain>
+void run_chain(const char* mode, Chain&& chain) {
+  if (std::strcmp(mode, "stream") == 0) {
+    Graph g;  // its stream only
+    chain(static_cast<void*>(g.stream));
+    REQUIRE(gpu::stream_synchronize(g.stream) == gpu::kSuccess);
+  } else {
+    Graph g;
+    g.capture(chain);
+    g.replay();
+  }
+}
+}  // namespace
+
+TEST_CASE("stream order: align_block_size chained (sorted_token_ids of one call are the ids of the next)") {
+  Rng rng(23);
+  // 300000 ids over 256 experts: the cooperative grid path; later calls keep only the ids below 256
+  const std::int32_t E = 256, bs = 16;
+  const int steps = 4;
+  std::vector<std::int64_t> numel{300000};
+  for (int i = 0; i < steps; ++i) numel.push_back(moe::align_max_padded(numel.back(), E, bs));
+  const auto cap = static_cast<std::size_t>(numel.back());
+  std::size_t ws_bytes = 0;
+  for (int i = 0; i < steps; ++i) ws_bytes = std::max(ws_bytes, moe::align_workspace_size(numel[i], E, bs));
+  moe::device_buffer<std::int32_t> buf0(cap), buf1(cap);
+  moe::device_buffer<std::int32_t>* buf[2] = {&buf0, &buf1};
+  moe::device_buffer<std::int32_t> experts(static_cast<std::size_t>(moe::align_max_blocks(numel.back(), E, bs)));
+  moe::device_buffer<std::int32_t> post(1);
+  moe::device_buffer<unsigned char> ws(ws_bytes);
+  const std::vector<std::int32_t> ids0 = uniform_ids<std::int32_t>(static_cast<std::size_t>(numel[0]), E, rng);
+  std::vector<std::int32_t> ids = ids0;
+  AlignResult ref;
+  for (int i = 0; i < steps; ++i) {
+    ref = reference_align(ids, E, bs);
+    ids = ref.sorted_token_ids;  // numel[i + 1] of them
+  }
+  for (const char* mode : {"stream", "graph"}) {
+    INFO(mode);
+    std::vector<std::int32_t> start(cap, kPoison);
+    std::copy(ids0.begin(), ids0.end(), start.begin());
+    moe::copy_to_device(buf0.data(), start.data(), buf0.bytes());
+    const std::vector<std::int32_t> poison(cap, kPoison);
+    moe::copy_to_device(buf1.data(), poison.data(), buf1.bytes());
+    moe::synchronize();  // the chain runs on a non-blocking stream
+    run_chain(mode, [&](void* stream) {
+      for (int i = 0; i < steps; ++i)
+        moe::align_block_size(buf[i % 2]->data(), numel[i], E, bs, buf[(i + 1) % 2]->data(), experts.data(),
+                              post.data(), ws.data(), ws_bytes, stream);
+    });
+    std::vector<std::int32_t> got = to_host(*buf[steps % 2]);
+    got.resize(static_cast<std::size_t>(numel[steps]));
+    CHECK(got == ref.sorted_token_ids);
+    CHECK(to_host(post)[0] == ref.num_tokens_post_pad);
+  }
+}
+
+TEST_CASE("stream order: moe_sum chained (each output, read as [tokens, 2, hidden / 2], is the next input)") {
+  Rng rng(24);
+  // fp32, 2048 tokens, hidden 8192 halving each step: the first calls run for tens of microseconds
+  const std::int64_t tokens = 2048;
+  const int steps = 6;
+  std::vector<float> x(static_cast<std::size_t>(tokens * 8192));
+  std::normal_distribution<float> d;
+  for (auto& v : x) v = d(rng);
+  std::vector<float> ref = x;
+  for (int i = 0, h = 4096; i < steps; ++i, h /= 2) {
+    std::vector<float> next(static_cast<std::size_t>(tokens * h));
+    moe::reference::sum(ref.data(), tokens, 2, h, next.data());
+    ref = next;
+  }
+  moe::device_buffer<float> buf0(x.size()), buf1(x.size());
+  moe::device_buffer<float>* buf[2] = {&buf0, &buf1};
+  for (const char* mode : {"stream", "graph"}) {
+    INFO(mode);
+    moe::copy_to_device(buf0.data(), x.data(), buf0.bytes());
+    const std::vector<float> poison(x.size(), -1.0f);
+    moe::copy_to_device(buf1.data(), poison.data(), buf1.bytes());
+    moe::synchronize();  // the chain runs on a non-blocking stream
+    run_chain(mode, [&](void* stream) {
+      for (int i = 0, h = 4096; i < steps; ++i, h /= 2)
+        moe::sum(buf[i % 2]->data(), tokens, 2, h, buf[(i + 1) % 2]->data(), stream);
+    });
+    std::vector<float> got = to_host(*buf[steps % 2]);
+    got.resize(ref.size());
+    CHECK(std::memcmp(got.data(), ref.data(), ref.size() * sizeof(float)) == 0);
+  }
 }

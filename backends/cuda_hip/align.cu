@@ -45,15 +45,13 @@ void counting_pass(const AlignPlan& p, const Src& src, bool sentinels, int bucke
   const int warps = gpu::kThreads / gpu::device_warp_size();
   const unsigned grid = blocks_for(p.segments, warps);
   const std::size_t rows = ints(std::int64_t{warps} * (buckets + 1));
-  gpu::count_kernel<<<grid, gpu::kThreads, rows, stream>>>(src, p.segment, p.segments, buckets, table, rank,
-                                                            expert_hist, p.key_bits, sentinels, out);
-  gpu::check_launch("count_kernel");
-  gpu::row_scan_kernel<<<static_cast<unsigned>(buckets), gpu::kThreads, 0, stream>>>(table, p.segments, totals);
-  gpu::check_launch("row_scan_kernel");
+  gpu::launch<gpu::count_kernel<Src>>("count_kernel", grid, gpu::kThreads, rows, stream, src, p.segment, p.segments,
+                                      buckets, table, rank, expert_hist, p.key_bits, sentinels, out);
+  gpu::launch<gpu::row_scan_kernel>("row_scan_kernel", static_cast<unsigned>(buckets), gpu::kThreads, 0, stream, table,
+                                    p.segments, totals);
   const std::size_t smem = rows + ints(2 * std::int64_t{buckets} + warps + 1);
-  gpu::scatter_kernel<kFill><<<grid, gpu::kThreads, smem, stream>>>(src, p.segment, p.segments, buckets, pad, table,
-                                                                    totals, rank, sink, out, kept);
-  gpu::check_launch("scatter_kernel");
+  gpu::launch<gpu::scatter_kernel<kFill, Src, Sink>>("scatter_kernel", grid, gpu::kThreads, smem, stream, src, p.segment,
+                                                     p.segments, buckets, pad, table, totals, rank, sink, out, kept);
 }
 
 template <class IdT>
@@ -70,15 +68,14 @@ void align_typed(const detail::AlignShape& s, const detail::AlignArgs& a, const 
       const gpu::IdSource<IdT> src{ids, s.numel, s.num_experts, Digit{0, gpu::bits_for(s.num_experts)}};
       // about 16 16-byte stores per thread for the sentinel tail
       const unsigned grid = std::min(2048u, blocks_for(std::max(s.max_padded, s.max_blocks), gpu::kThreads * 64));
-      gpu::tiny_kernel<<<grid, gpu::kThreads, 0, stream>>>(src, out);
-      gpu::check_launch("tiny_kernel");
+      gpu::launch<gpu::tiny_kernel<gpu::IdSource<IdT>>>("tiny_kernel", grid, gpu::kThreads, 0, stream, src, out);
       return;
     }
     case gpu::AlignPath::kLatency: {
       const int warps = p.latency_threads / gpu::device_warp_size();
       const gpu::IdSource<IdT> src{ids, s.numel, s.num_experts, Digit{0, gpu::bits_for(s.num_experts)}};
-      gpu::latency_kernel<<<1, p.latency_threads, gpu::resident_smem_bytes(warps, s.num_experts), stream>>>(src, out);
-      gpu::check_launch("latency_kernel");
+      gpu::launch<gpu::latency_kernel<gpu::IdSource<IdT>>>("latency_kernel", 1, p.latency_threads,
+                                                           gpu::resident_smem_bytes(warps, s.num_experts), stream, src, out);
       return;
     }
     case gpu::AlignPath::kGrid:
@@ -86,15 +83,9 @@ void align_typed(const detail::AlignShape& s, const detail::AlignArgs& a, const 
       const gpu::IdSource<IdT> src{ids, s.numel, s.num_experts, Digit{0, gpu::bits_for(s.num_experts)}};
       if (p.path == gpu::AlignPath::kGrid && grid_fits(p, s.num_experts, gpu::grid_kernel<gpu::IdSource<IdT>>)) {
         const std::size_t smem = gpu::resident_smem_bytes(gpu::kThreads / gpu::device_warp_size(), s.num_experts);
-        int per = p.grid_per;
-        auto* table = region<std::int32_t>(ws, p.grid_table);
-        auto* totals = region<std::int32_t>(ws, p.grid_totals);
-        AlignOut o = out;
-        gpu::IdSource<IdT> sv = src;
-        void* args[] = {&sv, &per, &table, &totals, &o};
-        gpu::check(gpu::launch_cooperative(gpu::grid_kernel<gpu::IdSource<IdT>>, static_cast<unsigned>(p.grid_blocks),
-                                           gpu::kThreads, args, smem, stream),
-                   "grid_kernel (cooperative launch)");
+        gpu::launch_cooperative<gpu::grid_kernel<gpu::IdSource<IdT>>>(
+            "grid_kernel (cooperative launch)", static_cast<unsigned>(p.grid_blocks), gpu::kThreads, smem, stream, src,
+            p.grid_per, region<std::int32_t>(ws, p.grid_table), region<std::int32_t>(ws, p.grid_totals), out);
         return;
       }
       counting_pass<true>(p, src, true, s.num_experts, s.block_size, region<std::int32_t>(ws, p.table),
@@ -115,8 +106,7 @@ void align_typed(const detail::AlignShape& s, const detail::AlignArgs& a, const 
       counting_pass<false>(p, src, true, 1 << p.lo_bits, 1, region<std::int32_t>(ws, p.table1),
                            region<std::int32_t>(ws, p.totals1), region<std::uint16_t>(ws, p.rank), gpu::PairSink{keys, values}, out, &scalars[0],
                            count, stream);
-      gpu::expert_scan_kernel<<<1, 1024, 0, stream>>>(count, start, padded, scalars, out);
-      gpu::check_launch("expert_scan_kernel");
+      gpu::launch<gpu::expert_scan_kernel>("expert_scan_kernel", 1, 1024, 0, stream, count, start, padded, scalars, out);
       // pass 2: by the high digit, stable, so the order is by expert then index; written padded
       const gpu::PairSource pairs{keys, values, &scalars[0], Digit{p.lo_bits, p.hi_bits}};
       counting_pass<false>(p, pairs, false, 1 << p.hi_bits, 1, region<std::int32_t>(ws, p.table2),
@@ -124,8 +114,7 @@ void align_typed(const detail::AlignShape& s, const detail::AlignArgs& a, const 
                            out, nullptr, nullptr, stream);
       const unsigned grid = blocks_for(std::max<std::int64_t>(s.max_padded, s.num_experts * std::int64_t{32}),
                                        gpu::kThreads * 8);
-      gpu::fill_kernel<<<grid, gpu::kThreads, 0, stream>>>(padded, count, scalars, out);
-      gpu::check_launch("fill_kernel");
+      gpu::launch<gpu::fill_kernel>("fill_kernel", grid, gpu::kThreads, 0, stream, padded, count, scalars, out);
       return;
     }
   }

@@ -174,6 +174,7 @@ __global__ void __launch_bounds__(kThreads) count_kernel(Src src, std::int64_t s
                                                          int buckets, std::int32_t* table, std::uint16_t* rank,
                                                          std::int32_t* expert_hist, int key_bits,
                                                          bool sentinels, AlignOut out) {
+  wait_prior_grid();  // no early allow_next_grid(): see "dependent launch" in gpu_runtime.hpp
   extern __shared__ std::int32_t smem[];
   if (sentinels)
     fill_sentinels(out, std::int64_t{blockIdx.x} * blockDim.x + threadIdx.x, std::int64_t{gridDim.x} * blockDim.x);
@@ -204,6 +205,7 @@ __global__ void __launch_bounds__(kThreads) count_kernel(Src src, std::int64_t s
 // Phase 2, per bucket (one block each): exclusive prefix over segments in place; the bucket's total.
 __global__ void __launch_bounds__(kThreads) row_scan_kernel(std::int32_t* table, std::int64_t segments,
                                                             std::int32_t* totals) {
+  wait_prior_grid();  // no early allow_next_grid(): see "dependent launch" in gpu_runtime.hpp
   __shared__ std::int32_t scratch[kThreads / 32 + 1];
   const std::int32_t total =
       block_exclusive_scan(table + blockIdx.x * segments, static_cast<int>(segments), scratch);
@@ -218,6 +220,7 @@ __global__ void __launch_bounds__(kThreads)
     scatter_kernel(Src src, std::int64_t segment, std::int64_t segments, int buckets, std::int32_t pad,
                    const std::int32_t* table, const std::int32_t* totals, const std::uint16_t* rank, Sink sink,
                    AlignOut out, std::int32_t* kept) {
+  wait_prior_grid();  // no early allow_next_grid(): see "dependent launch" in gpu_runtime.hpp
   extern __shared__ std::int32_t smem[];
   const int W = warps_per_block(), stride = buckets + 1;
   std::int32_t* start = smem + W * stride;  // [buckets]
@@ -342,6 +345,7 @@ inline std::size_t resident_smem_bytes(int warps, std::int32_t experts) {
 // each warp ranks at most kItems steps.
 template <class Src>
 __global__ void __launch_bounds__(kThreads) latency_kernel(Src src, AlignOut out) {
+  begin_after_prior_grid();
   extern __shared__ std::int32_t smem[];
   const int E = out.num_experts, W = warps_per_block();
   std::int32_t* count = smem + W * (E + 1);
@@ -368,6 +372,7 @@ __global__ void __launch_bounds__(kThreads) latency_kernel(Src src, AlignOut out
 template <class Src>
 __global__ void __launch_bounds__(kThreads) grid_kernel(Src src, int per, std::int32_t* table,
                                                         std::int32_t* totals, AlignOut out) {
+  begin_after_prior_grid();  // VARIANT A
   extern __shared__ std::int32_t smem[];
   const int E = out.num_experts, W = warps_per_block(), B = gridDim.x, b = blockIdx.x;
   std::int32_t* count = smem + W * (E + 1);
@@ -421,6 +426,7 @@ __global__ void __launch_bounds__(kThreads) grid_kernel(Src src, int per, std::i
 // what 8 do. Block 0 writes the occupied part [0, total) of both outputs; the grid the rest.
 template <class Src>
 __global__ void __launch_bounds__(kThreads) tiny_kernel(Src src, AlignOut out) {
+  begin_after_prior_grid();
   const int lane = lane_id(), n = static_cast<int>(src.size());
   const std::int32_t key = lane < n ? src.load(lane).key : -1;
   const bool valid = key >= 0;
@@ -453,6 +459,7 @@ __global__ void __launch_bounds__(kThreads) tiny_kernel(Src src, AlignOut out) {
 __global__ void __launch_bounds__(1024) expert_scan_kernel(const std::int32_t* expert_count, std::int32_t* expert_start,
                                                            std::int32_t* expert_padded_start, std::int32_t* scalars,
                                                            AlignOut out) {
+  begin_after_prior_grid();
   __shared__ std::int32_t scratch[1024 / 32 + 1];
   for (int e = threadIdx.x; e < out.num_experts; e += blockDim.x) {
     expert_start[e] = expert_count[e];
@@ -471,6 +478,7 @@ __global__ void __launch_bounds__(1024) expert_scan_kernel(const std::int32_t* e
 __global__ void __launch_bounds__(kThreads) fill_kernel(const std::int32_t* expert_padded_start,
                                                         const std::int32_t* expert_count,
                                                         const std::int32_t* scalars, AlignOut out) {
+  begin_after_prior_grid();
   fill_expert_ids(ExpertLayout{expert_padded_start, expert_count, out.num_experts}, scalars[1], out,
                   std::int64_t{blockIdx.x} * blockDim.x + threadIdx.x, std::int64_t{gridDim.x} * blockDim.x);
 }

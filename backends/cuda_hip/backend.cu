@@ -1,4 +1,6 @@
 // The CUDA/HIP backend's memory helpers and availability check. Written once; gpu_runtime.hpp picks CUDA or HIP.
+#include <cstdlib>
+#include <cstring>
 #include <mutex>
 
 #include "backend.hpp"
@@ -32,6 +34,22 @@ int device_sm_count() {
     detail::throw_backend(std::string("cannot query the device's multiprocessor count (") + kRuntimeName +
                           " device missing?)");
   return cached;
+}
+
+bool launch_overlap_enabled(const void* kernel) {
+#if defined(MOE_GPU_HIP)
+  (void)kernel;
+  return false;
+#else
+  const char* env = std::getenv("MOE_ROUTING_LAUNCH_OVERLAP");  // "0": plain launches (A/B, debugging)
+  if (env != nullptr && std::strcmp(env, "0") == 0) return false;
+  int dev = 0, major = 0, ptx = 0;
+  const bool known = current_device(&dev) == kSuccess &&
+                     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == kSuccess &&
+                     ptx_version(&ptx, kernel) == kSuccess;
+  (void)get_last_error();
+  return known && major >= 9 && ptx >= 90;
+#endif
 }
 
 }  // namespace gpu

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <tuple>
 #include <type_traits>
 
 #if defined(MOE_GPU_HIP)
@@ -73,11 +74,6 @@ template <class Kernel>
 error_t max_active_blocks(int* n, Kernel kernel, int threads, std::size_t smem) {
   return hipOccupancyMaxActiveBlocksPerMultiprocessor(n, reinterpret_cast<const void*>(kernel), threads, smem);
 }
-template <class Kernel>
-error_t launch_cooperative(Kernel kernel, unsigned grid, unsigned block, void** args, std::size_t smem, stream_t s) {
-  return hipLaunchCooperativeKernel(reinterpret_cast<const void*>(kernel), dim3(grid), dim3(block), args,
-                                    static_cast<unsigned>(smem), s);
-}
 inline error_t device_name(std::string* name, int dev) {
   hipDeviceProp_t p;
   const error_t e = hipGetDeviceProperties(&p, dev);
@@ -126,9 +122,34 @@ template <class Kernel>
 error_t max_active_blocks(int* n, Kernel kernel, int threads, std::size_t smem) {
   return cudaOccupancyMaxActiveBlocksPerMultiprocessor(n, reinterpret_cast<const void*>(kernel), threads, smem);
 }
-template <class Kernel>
-error_t launch_cooperative(Kernel kernel, unsigned grid, unsigned block, void** args, std::size_t smem, stream_t s) {
-  return cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(kernel), dim3(grid), dim3(block), args, smem, s);
+// Launch with the attributes of this backend's kernels: cooperative (all blocks resident, for sync_grid) and/or
+// programmatic stream serialisation (see "dependent launch" below). args: pointers to the arguments.
+inline error_t launch_ex(const void* kernel, unsigned grid, unsigned block, void** args, std::size_t smem, stream_t s,
+                         bool cooperative, bool overlap) {
+  cudaLaunchAttribute attr[2];
+  unsigned n = 0;
+  if (cooperative) {
+    attr[n].id = cudaLaunchAttributeCooperative;
+    attr[n++].val.cooperative = 1;
+  }
+  if (overlap) {
+    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[n++].val.programmaticStreamSerializationAllowed = 1;
+  }
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(grid);
+  cfg.blockDim = dim3(block);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cfg.attrs = attr;
+  cfg.numAttrs = n;
+  return cudaLaunchKernelExC(&cfg, kernel, args);
+}
+inline error_t ptx_version(int* v, const void* kernel) {
+  cudaFuncAttributes a{};
+  const error_t e = cudaFuncGetAttributes(&a, kernel);
+  if (e == kSuccess) *v = a.ptxVersion;
+  return e;
 }
 inline error_t device_name(std::string* name, int dev) {
   cudaDeviceProp p;
@@ -146,11 +167,63 @@ inline void check(error_t e, const char* what) {
 // After a launch: launch-configuration errors only (no host synchronisation, legal under graph capture).
 inline void check_launch(const char* kernel) { check(get_last_error(), kernel); }
 
-inline stream_t to_stream(void* s) { return static_cast<stream_t>(s); }
-
 // Run-time host queries, cached per process for the current device at first use.
 int device_warp_size();
 int device_sm_count();
+
+// ---- dependent launch ------------------------------------------------------------------------------------
+// On sm_90+ with CUDA, every kernel of this backend is launched with programmatic stream serialisation: it may
+// be scheduled while the kernel before it in the stream is still running, and its first statement,
+// begin_after_prior_grid(), waits until that kernel has completed and its memory is visible. Nothing is read
+// or written before that wait, so stream order holds exactly as for a plain launch; what overlaps is the
+// launch latency and block scheduling. A kernel compiled for an older PTX target (a JIT-run binary without
+// sm_90 code) lacks the wait, so the attribute is only set where the kernel's PTX version is >= 9.0.
+// HIP has no such launch: plain launches there.
+bool launch_overlap_enabled(const void* kernel);  // cached per kernel
+
+#if defined(__CUDACC__) || defined(__HIPCC__)
+// One launch; the arguments are converted to the kernel's parameter types first (the void** form needs them
+// exact). cooperative: all blocks resident at once, for kernels that call sync_grid().
+template <class... Params, class... Args>
+error_t launch_with(void (*kernel)(Params...), unsigned grid, unsigned block, std::size_t smem, stream_t s,
+                    bool cooperative, bool overlap, Args... args) {
+  static_assert(sizeof...(Params) == sizeof...(Args), "launch: wrong number of kernel arguments");
+  std::tuple<Params...> held(static_cast<Params>(args)...);
+  return std::apply(
+      [&](auto&... a) -> error_t {
+        void* ptrs[] = {static_cast<void*>(&a)..., nullptr};
+        const void* k = reinterpret_cast<const void*>(kernel);
+#if defined(MOE_GPU_HIP)
+        (void)overlap;
+        if (cooperative) return hipLaunchCooperativeKernel(k, dim3(grid), dim3(block), ptrs, static_cast<unsigned>(smem), s);
+        kernel<<<grid, block, smem, s>>>(a...);
+        return get_last_error();
+#else
+        return launch_ex(k, grid, block, ptrs, smem, s, cooperative, overlap);
+#endif
+      },
+      held);
+}
+
+// Kernel<<<grid, block, smem, s>>>(args...) with programmatic serialisation where enabled; throws on a
+// launch error (configuration errors only: no host synchronisation, legal under graph capture).
+template <auto Kernel, class... Args>
+void launch(const char* what, unsigned grid, unsigned block, std::size_t smem, stream_t s, Args... args) {
+  static const bool overlap = launch_overlap_enabled(reinterpret_cast<const void*>(Kernel));
+  check(launch_with(Kernel, grid, block, smem, s, false, overlap, args...), what);
+}
+// Cooperative grids overlap only up to one block per multiprocessor: a 512-block grid (about 4 per SM) ran
+// 19 % slower with the attribute, also as a single call after a memset (H200, perf/NOTES.md step 18).
+template <auto Kernel, class... Args>
+void launch_cooperative(const char* what, unsigned grid, unsigned block, std::size_t smem, stream_t s, Args... args) {
+  static const bool overlap = launch_overlap_enabled(reinterpret_cast<const void*>(Kernel));
+  const bool small = grid <= static_cast<unsigned>(device_sm_count());
+  check(launch_with(Kernel, grid, block, smem, s, true, overlap && small, args...), what);
+}
+#endif
+
+inline stream_t to_stream(void* s) { return static_cast<stream_t>(s); }
+
 
 // ---- device: warp intrinsics -----------------------------------------------------------------------------
 #if defined(__HIP_PLATFORM_AMD__) && defined(__AMDGCN_WAVEFRONT_SIZE)
@@ -194,6 +267,27 @@ MOE_DEVICE void sync_warp() { __syncwarp(); }
 #endif
 // Barrier of the whole grid, with its memory made visible. Only in kernels started by launch_cooperative.
 MOE_DEVICE void sync_grid() { cooperative_groups::this_grid().sync(); }
+
+// Dependent launch, device side (see "dependent launch"); no-ops for plain launches, on HIP, and below sm_90.
+// wait_prior_grid: until the kernel before this one in the stream has completed, its memory visible.
+// allow_next_grid: the kernel after this one may be scheduled once every block of this one has called it
+// (or exited); it then waits in its turn. begin_after_prior_grid: both, the first statement of most kernels.
+// The three kernels of kDirect and kRadix (count, row_scan, scatter) only wait: with the early allow, the
+// 2M-id kDirect call took 127 us instead of 107 and kRadix gained less (H200, perf/NOTES.md step 18).
+MOE_DEVICE void wait_prior_grid() {
+#if !defined(MOE_GPU_HIP) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+MOE_DEVICE void allow_next_grid() {
+#if !defined(MOE_GPU_HIP) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+MOE_DEVICE void begin_after_prior_grid() {
+  wait_prior_grid();
+  allow_next_grid();
+}
 #endif  // device compilers
 
 }  // namespace gpu

@@ -21,17 +21,19 @@ struct alignas(16) Vec {  // 16 bytes of values
 
 __device__ __forceinline__ float add(float a, float b) { return __fadd_rn(a, b); }
 
-// grid.x = num_tokens * chunks; each block covers kSumThreads * kVecs vectors of one token's row; each thread
-// kVecs vectors kSumThreads apart. kInFlight: input vectors loaded together (topk up to it in one round,
+// grid.x = num_tokens * chunks; each block covers blockDim (kSumThreads) * kVecs vectors of one token's row;
+// each thread kVecs vectors blockDim apart. kInFlight: input vectors loaded together (topk up to it in one round,
 // more in rounds). Small topk gets small kInFlight (fewer registers, more threads resident) and kVecs 2 (loads
 // in flight per thread): what a memory-bound kernel needs.
 template <class Traits, int kInFlight, int kVecs>
 __global__ void __launch_bounds__(kSumThreads) sum_vec_kernel(const Vec<Traits>* __restrict__ in, Vec<Traits>* __restrict__ out,
                                                              std::int32_t topk, std::int32_t vecs_per_row,
                                                              std::int32_t chunks) {
+  gpu::begin_after_prior_grid();
   constexpr int C = Vec<Traits>::kCount;
   const std::int64_t token = blockIdx.x / static_cast<unsigned>(chunks);  // 32-bit division: grid < 2^31
-  const int v0 = static_cast<int>(blockIdx.x % static_cast<unsigned>(chunks)) * kSumThreads * kVecs + threadIdx.x;
+  const int T = static_cast<int>(blockDim.x);
+  const int v0 = static_cast<int>(blockIdx.x % static_cast<unsigned>(chunks)) * T * kVecs + threadIdx.x;
   const Vec<Traits>* src = in + token * topk * vecs_per_row;
   float acc[kVecs][C];
 #pragma unroll
@@ -44,8 +46,8 @@ __global__ void __launch_bounds__(kSumThreads) sum_vec_kernel(const Vec<Traits>*
     for (int u = 0; u < kVecs; ++u)
 #pragma unroll
       for (int k = 0; k < kInFlight; ++k)
-        if (k0 + k < topk && v0 + u * kSumThreads < vecs_per_row)
-          x[u][k] = src[static_cast<std::int64_t>(k0 + k) * vecs_per_row + v0 + u * kSumThreads];
+        if (k0 + k < topk && v0 + u * T < vecs_per_row)
+          x[u][k] = src[static_cast<std::int64_t>(k0 + k) * vecs_per_row + v0 + u * T];
 #pragma unroll
     for (int u = 0; u < kVecs; ++u)
 #pragma unroll
@@ -57,11 +59,11 @@ __global__ void __launch_bounds__(kSumThreads) sum_vec_kernel(const Vec<Traits>*
   }
 #pragma unroll
   for (int u = 0; u < kVecs; ++u) {
-    if (v0 + u * kSumThreads >= vecs_per_row) continue;
+    if (v0 + u * T >= vecs_per_row) continue;
     Vec<Traits> y;
 #pragma unroll
     for (int c = 0; c < C; ++c) y.v[c] = Traits::store(acc[u][c]);
-    out[token * vecs_per_row + v0 + u * kSumThreads] = y;
+    out[token * vecs_per_row + v0 + u * T] = y;
   }
 }
 
@@ -71,6 +73,7 @@ __global__ void __launch_bounds__(kSumThreads) sum_scalar_kernel(const typename 
                                                                 typename Traits::storage* __restrict__ out,
                                                                 std::int32_t topk, std::int64_t hidden,
                                                                 std::int64_t chunks) {
+  gpu::begin_after_prior_grid();
   const std::int64_t token = blockIdx.x / chunks;
   const std::int64_t h = (blockIdx.x % chunks) * kSumThreads + threadIdx.x;
   if (h >= hidden) return;
@@ -80,6 +83,12 @@ __global__ void __launch_bounds__(kSumThreads) sum_scalar_kernel(const typename 
   out[token * hidden + h] = Traits::store(acc);
 }
 
+template <class Traits, int kInFlight, int kVecsPerThread>
+struct VecKernel {  // a sum_vec_kernel instance and its geometry, as one type
+  static constexpr int kVecs = kVecsPerThread;
+  static constexpr auto kKernel = sum_vec_kernel<Traits, kInFlight, kVecsPerThread>;
+};
+
 template <class Traits>
 void sum_typed(const detail::SumShape& s, const void* input, void* output, gpu::stream_t stream) {
   using storage = typename Traits::storage;
@@ -87,20 +96,22 @@ void sum_typed(const detail::SumShape& s, const void* input, void* output, gpu::
   const bool aligned = (reinterpret_cast<std::uintptr_t>(input) | reinterpret_cast<std::uintptr_t>(output)) % 16 == 0;
   if (aligned && s.hidden % C == 0) {
     const auto vecs = static_cast<std::int32_t>(s.hidden / C);
-    auto launch = [&](auto kernel, int vecs_per_thread) {
-      const std::int32_t chunks = (vecs + kSumThreads * vecs_per_thread - 1) / (kSumThreads * vecs_per_thread);
-      kernel<<<static_cast<unsigned>(s.num_tokens * chunks), kSumThreads, 0, stream>>>(
-          static_cast<const Vec<Traits>*>(input), static_cast<Vec<Traits>*>(output), s.topk, vecs, chunks);
+    auto launch = [&](auto kernel) {
+      constexpr int kVecs = decltype(kernel)::kVecs;
+      const std::int32_t chunks = (vecs + kSumThreads * kVecs - 1) / (kSumThreads * kVecs);
+      gpu::launch<decltype(kernel)::kKernel>("moe_sum kernel", static_cast<unsigned>(s.num_tokens * chunks), kSumThreads, 0,
+                                             stream, static_cast<const Vec<Traits>*>(input),
+                                             static_cast<Vec<Traits>*>(output), s.topk, vecs, chunks);
     };
-    if (s.topk <= 2) launch(sum_vec_kernel<Traits, 2, 2>, 2);
-    else if (s.topk <= 4) launch(sum_vec_kernel<Traits, 4, 1>, 1);
-    else launch(sum_vec_kernel<Traits, 8, 1>, 1);
+    if (s.topk <= 2) launch(VecKernel<Traits, 2, 2>{});
+    else if (s.topk <= 4) launch(VecKernel<Traits, 4, 1>{});
+    else launch(VecKernel<Traits, 8, 1>{});
   } else {
     const std::int64_t chunks = (s.hidden + kSumThreads - 1) / kSumThreads;
-    sum_scalar_kernel<Traits><<<static_cast<unsigned>(s.num_tokens * chunks), kSumThreads, 0, stream>>>(
-        static_cast<const storage*>(input), static_cast<storage*>(output), s.topk, s.hidden, chunks);
+    gpu::launch<sum_scalar_kernel<Traits>>("moe_sum kernel", static_cast<unsigned>(s.num_tokens * chunks), kSumThreads, 0,
+                                           stream, static_cast<const storage*>(input), static_cast<storage*>(output),
+                                           s.topk, s.hidden, chunks);
   }
-  gpu::check_launch("moe_sum kernel");
 }
 
 }  // namespace

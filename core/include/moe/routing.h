@@ -13,7 +13,11 @@
  *
  * Hot calls (moe_align_block_size, moe_sum) never allocate and never synchronise with the host: they are
  * asynchronous on `stream` and can be captured into a CUDA/HIP graph. All their scratch memory comes from
- * the caller's workspace.
+ * the caller's workspace. Stream order is kept exactly: a call reads its inputs after all earlier work on
+ * `stream` has finished, and later work sees its outputs. (CUDA on sm_90+: kernels are launched with
+ * programmatic stream serialisation, so a call's launch overlaps the tail of the work before it and each
+ * kernel waits on the device before touching memory; MOE_ROUTING_LAUNCH_OVERLAP=0 in the environment turns
+ * this off, read once per kernel at its first launch.)
  *
  * This header is a fixed contract: names and meanings are never changed, only added to.
  */
