@@ -1,9 +1,11 @@
 // moe_bench: times align_block_size and moe_sum on the configured backend over a catalogue of shapes, checks
 // each result against the reference first, prints a table and writes CSV.
-//   moe_bench [--suite targets|sweep|sum|large|all] [--csv FILE] [--quick] [--filter TEXT] [--timing device|host]
+//   moe_bench [--suite targets|sweep|sum|large|all|none] [--align TOKENSxTOPK:EXPERTS:BLOCK]... [--csv FILE]
+//             [--quick] [--filter TEXT] [--timing device|host]
+// --align adds one uniform-random align shape (repeatable), e.g. --suite none --align 131072x8:256:64.
 // Each row: median us per call replayed in a graph of 16 calls rotating input sets ("graph"), median us of a
-// single call with a cold L2 ("cold"), the floor (max of an empty graph node and the bytes the call must move
-// at the copy bandwidth measured in this run) and graph / floor.
+// single call with a cold L2 ("cold"), the floor (max of an empty graph node, launched as the library launches,
+// and the bytes the call must move at the copy bandwidth measured in this run) and graph / floor.
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -83,6 +85,7 @@ std::vector<std::int32_t> make_ids(const AlignCase& c, std::mt19937_64& rng) {
 struct Row {
   std::string op, shape, path;
   double graph_us, cold_us, floor_us, bytes;
+  double copy_us = 0;  // moe_sum: a device copy of the same bytes, replayed the same way (0: not measured)
 };
 
 std::vector<Row> rows;
@@ -186,12 +189,27 @@ void run_sum(Measure& m, const SumCase& c, double node_us, double bw) {
                  static_cast<long long>(c.hidden), dtype_name(c.dtype));
     std::exit(1);
   }
-  rows.push_back({"sum", shape, "", m.replay_us(call, sets), m.cold_us(call), floor_us(bytes, node_us, bw), bytes});
+  rows.push_back({"sum", shape, "", m.replay_us(call, sets), m.cold_us(call), floor_us(bytes, node_us, bw), bytes,
+                  m.same_bytes_copy_us(bytes, sets)});
+}
+
+constexpr const char* kUsage =
+    "usage: moe_bench [--suite targets|sweep|sum|large|all|none] [--align TOKENSxTOPK:EXPERTS:BLOCK]... [--csv FILE] "
+    "[--quick] [--filter TEXT] [--timing device|host]";
+
+bool parse_align(const char* text, std::vector<AlignCase>* out) {
+  long long tokens = 0;
+  int topk = 0, experts = 0, block = 0;
+  char tail = 0;
+  if (std::sscanf(text, "%lldx%d:%d:%d%c", &tokens, &topk, &experts, &block, &tail) != 4) return false;
+  out->push_back({tokens, topk, experts, block, "uniform"});
+  return true;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::vector<AlignCase> extra;  // --align
   std::string suite = "targets", csv = "moe_bench.csv", timing = "device";
   bool quick = false;
   for (int i = 1; i < argc; ++i) {
@@ -201,8 +219,9 @@ int main(int argc, char** argv) {
     else if (a == "--quick") quick = true;
     else if (a == "--filter" && i + 1 < argc) filter = argv[++i];
     else if (a == "--timing" && i + 1 < argc) timing = argv[++i];
-    else {
-      std::fprintf(stderr, "usage: moe_bench [--suite targets|sweep|sum|large|all] [--csv FILE] [--quick] [--filter TEXT] [--timing device|host]\n");
+    else if (a == "--align" && i + 1 < argc && parse_align(argv[++i], &extra)) {
+    } else {
+      std::fprintf(stderr, "%s\n", kUsage);
       return 2;
     }
   }
@@ -215,10 +234,11 @@ int main(int argc, char** argv) {
   // --timing host: host clock around back-to-back calls, for comparing backends that cannot be graph-captured
   auto m = timing == "host" ? moe_perf::make_host_measure() : moe_perf::make_measure();
   const double mhz_start = m->warm_up_mhz(1500);
-  const double node = m->empty_node_us(), bw = m->copy_bandwidth_gbs();
+  const double plain_node = m->empty_node_us(), node = m->empty_library_node_us(), bw = m->copy_bandwidth_gbs();
   std::printf("device: %s, backend %s, SM clock after warm-up %.0f MHz\n"
-              "floors: empty graph node %.3f us, device copy %.0f GB/s (read+write)\n",
-              m->device().c_str(), moe::backend_name(), mhz_start, node, bw);
+              "floors: empty graph node %.3f us as the library launches (plain launch %.3f us), "
+              "device copy %.0f GB/s (read+write)\n",
+              m->device().c_str(), moe::backend_name(), mhz_start, node, plain_node, bw);
   auto want = [&](const char* s) { return suite == s || suite == "all"; };
   if (want("targets")) {
     for (const auto& c : targets_align()) run_align(*m, c, node, bw);
@@ -231,19 +251,20 @@ int main(int argc, char** argv) {
     for (const auto& c : large_align()) run_align(*m, c, node, bw);
   if (want("sum"))
     for (const auto& c : sum_cases(quick)) run_sum(*m, c, node, bw);
+  for (const auto& c : extra) run_align(*m, c, node, bw);
 
   std::printf("\nSM clock at the end: %.0f MHz\n", m->warm_up_mhz(20));
-  std::printf("\n%-6s %-34s %-8s %10s %10s %10s %7s %9s\n", "op", "shape", "path", "graph_us", "cold_us", "floor_us",
-              "ratio", "GB/s");
+  std::printf("\n%-6s %-34s %-8s %10s %10s %10s %7s %9s %10s\n", "op", "shape", "path", "graph_us", "cold_us",
+              "floor_us", "ratio", "GB/s", "copy_us");  // copy_us: a copy of the same bytes (moe_sum)
   std::ofstream out(csv);
-  out << "device,backend,op,shape,path,graph_us,cold_us,floor_us,ratio,bytes,effective_gbs,empty_node_us,copy_gbs\n";
+  out << "device,backend,op,shape,path,graph_us,cold_us,floor_us,ratio,bytes,effective_gbs,empty_node_us,copy_gbs,plain_empty_node_us,same_bytes_copy_us\n";
   for (const auto& r : rows) {
     const double gbs = r.bytes / (r.graph_us * 1e-6) / 1e9;
-    std::printf("%-6s %-34s %-8s %10.3f %10.3f %10.3f %7.2f %9.1f\n", r.op.c_str(), r.shape.c_str(), r.path.c_str(),
-                r.graph_us, r.cold_us, r.floor_us, r.graph_us / r.floor_us, gbs);
+    std::printf("%-6s %-34s %-8s %10.3f %10.3f %10.3f %7.2f %9.1f %10.3f\n", r.op.c_str(), r.shape.c_str(),
+                r.path.c_str(), r.graph_us, r.cold_us, r.floor_us, r.graph_us / r.floor_us, gbs, r.copy_us);
     out << '"' << m->device() << "\"," << moe::backend_name() << ',' << r.op << ",\"" << r.shape << "\"," << r.path
         << ',' << r.graph_us << ',' << r.cold_us << ',' << r.floor_us << ',' << r.graph_us / r.floor_us << ','
-        << r.bytes << ',' << gbs << ',' << node << ',' << bw << '\n';
+        << r.bytes << ',' << gbs << ',' << node << ',' << bw << ',' << plain_node << ',' << r.copy_us << '\n';
   }
   std::printf("\nCSV: %s\n", csv.c_str());
   return 0;

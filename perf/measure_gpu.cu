@@ -12,6 +12,7 @@ namespace {
 namespace gpu = moe::gpu;
 
 __global__ void empty_kernel() {}
+__global__ void empty_dependent_kernel() { gpu::begin_after_prior_grid(); }  // launched as the library launches
 
 __global__ void spin_kernel(long long cycles, long long* took) {  // busy for `cycles` SM clocks
   const long long t0 = clock64();
@@ -109,6 +110,30 @@ struct GpuMeasure final : Measure {
     return graph_us([&] {
       for (int j = 0; j < kCallsPerGraph; ++j) empty_kernel<<<1, 32, 0, stream>>>();
     });
+  }
+
+  double empty_library_node_us() override {
+    return graph_us([&] {
+      for (int j = 0; j < kCallsPerGraph; ++j) gpu::launch<empty_dependent_kernel>("empty kernel", 1, 32, 0, stream);
+    });
+  }
+
+  double same_bytes_copy_us(double bytes, int sets) override {
+    const auto half = static_cast<std::size_t>(bytes / 2);
+    std::vector<void*> src(static_cast<std::size_t>(sets)), dst(src.size());
+    for (int s = 0; s < sets; ++s) {
+      gpu::check(gpu::malloc(&src[s], half), "copy src");
+      gpu::check(gpu::malloc(&dst[s], half), "copy dst");
+      gpu::check(gpu::memset_async(src[s], 1, half, stream), "init");
+    }
+    const double us = graph_us([&] {
+      for (int j = 0; j < kCallsPerGraph; ++j) gpu::check(gpu::copy_async(dst[j % sets], src[j % sets], half, stream), "copy");
+    });
+    for (int s = 0; s < sets; ++s) {
+      gpu::check(gpu::free(src[s]), "free");
+      gpu::check(gpu::free(dst[s]), "free");
+    }
+    return us;
   }
 
   double copy_bandwidth_gbs() override {

@@ -21,33 +21,46 @@ TARGETS = [  # issue 5: shape, best public us, target us
 
 def main(d):
     cuda, hip = load(f"{d}/cuda-all.csv"), load(f"{d}/hip-all.csv")
+    plain = load(f"{d}/cuda-plain-all.csv")  # MOE_ROUTING_LAUNCH_OVERLAP=0
+    copies = load(f"{d}/cuda-sum-copy.csv") or cuda  # where the same-bytes copy column was measured
     any_row = next(iter(cuda.values()))
     copy, node = float(any_row["copy_gbs"]), float(any_row["empty_node_us"])
-    print(f"Floors of this run: empty graph node {node:.3f} us, device copy {copy:.0f} GB/s.\n")
-    print("| shape (block 64) | path | CUDA us | HIP us | best public us | target us | public / ours | met |")
-    print("|---|---|---|---|---|---|---|---|")
+    plain_node = any_row.get("plain_empty_node_us")
+    print(f"Floors of this run: empty graph node {node:.3f} us as the library launches"
+          + (f" ({float(plain_node):.3f} us as a plain launch)" if plain_node else "")
+          + f", device copy {copy:.0f} GB/s.\n")
+
+    def us(table, key):
+        r = table.get(key)
+        return f"{float(r['graph_us']):.2f}" if r else "-"
+
+    print("| shape (block 64) | path | CUDA us | CUDA plain-launch us | HIP us | best public us | target us | public / ours | met |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for shape, public, target in TARGETS:
         r = cuda[("align", shape)]
         h = hip.get(("align", shape))
         t = float(r["graph_us"])
-        print(f"| {shape.replace(' bs=64', '')} | {r['path']} | {t:.2f} | {float(h['graph_us']) if h else float('nan'):.2f} "
+        print(f"| {shape.replace(' bs=64', '')} | {r['path']} | {t:.2f} | {us(plain, ('align', shape))} | {us(hip, ('align', shape))} "
               f"| {public} | {target} | {public / t:.2f} | {'yes' if t <= target else f'no, +{(t / target - 1) * 100:.0f} %'} |")
-    print("\n| moe_sum shape | CUDA us | HIP us | effective GB/s | of copy |")
-    print("|---|---|---|---|---|")
+    print("\n| moe_sum shape | CUDA us | CUDA plain-launch us | HIP us | effective GB/s | of copy | copy of the same bytes us | ours / that copy |")
+    print("|---|---|---|---|---|---|---|---|")
     for (op, shape), r in cuda.items():
         if op != "sum":
             continue
-        h = hip.get((op, shape))
-        print(f"| {shape} | {float(r['graph_us']):.2f} | {float(h['graph_us']) if h else float('nan'):.2f} "
-              f"| {float(r['effective_gbs']):.0f} | {float(r['effective_gbs']) / copy:.3f} |")
-    print("\n| align shape | path | CUDA us | cold us | HIP / CUDA |")
-    print("|---|---|---|---|---|")
+        print(f"| {shape} | {float(r['graph_us']):.2f} | {us(plain, (op, shape))} | {us(hip, (op, shape))} "
+              f"| {float(r['effective_gbs']):.0f} | {float(r['effective_gbs']) / copy:.3f} "
+              + (f"| {float(c['same_bytes_copy_us']):.2f} | {float(r['graph_us']) / float(c['same_bytes_copy_us']):.3f} |"
+                 if (c := copies.get((op, shape))) and float(c.get("same_bytes_copy_us") or 0) > 0 else "| - | - |"))
+    print("\n| align shape | path | CUDA us | cold us | plain-launch / CUDA | HIP / CUDA |")
+    print("|---|---|---|---|---|---|")
     for (op, shape), r in cuda.items():
         if op != "align":
             continue
         h = hip.get((op, shape))
         ratio = f"{float(h['graph_us']) / float(r['graph_us']):.3f}" if h else "-"
-        print(f"| {shape} | {r['path']} | {float(r['graph_us']):.2f} | {float(r['cold_us']):.2f} | {ratio} |")
+        p = plain.get((op, shape))
+        pr = f"{float(p['graph_us']) / float(r['graph_us']):.3f}" if p else "-"
+        print(f"| {shape} | {r['path']} | {float(r['graph_us']):.2f} | {float(r['cold_us']):.2f} | {pr} | {ratio} |")
     ch, kh = load(f"{d}/cuda-host.csv"), load(f"{d}/kokkos-host.csv")
     if ch and kh:
         print("\n| shape (host timing, same run) | CUDA us | Kokkos-CUDA us | Kokkos / CUDA |")
