@@ -372,7 +372,7 @@ __global__ void __launch_bounds__(kThreads) latency_kernel(Src src, AlignOut out
 template <class Src>
 __global__ void __launch_bounds__(kThreads) grid_kernel(Src src, int per, std::int32_t* table,
                                                         std::int32_t* totals, AlignOut out) {
-  begin_after_prior_grid();  // VARIANT A
+  begin_after_prior_grid();
   extern __shared__ std::int32_t smem[];
   const int E = out.num_experts, W = warps_per_block(), B = gridDim.x, b = blockIdx.x;
   std::int32_t* count = smem + W * (E + 1);

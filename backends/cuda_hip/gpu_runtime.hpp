@@ -212,8 +212,8 @@ void launch(const char* what, unsigned grid, unsigned block, std::size_t smem, s
   static const bool overlap = launch_overlap_enabled(reinterpret_cast<const void*>(Kernel));
   check(launch_with(Kernel, grid, block, smem, s, false, overlap, args...), what);
 }
-// Cooperative grids overlap only up to one block per multiprocessor: a 512-block grid (about 4 per SM) ran
-// 19 % slower with the attribute, also as a single call after a memset (H200, perf/NOTES.md step 18).
+// Cooperative grids overlap only up to one block per multiprocessor: grids of 216-320 blocks ran 3-25 % slower
+// with the attribute, 128 gained; 136 and 192 gained too, which this bound gives up (H200, NOTES step 18).
 template <auto Kernel, class... Args>
 void launch_cooperative(const char* what, unsigned grid, unsigned block, std::size_t smem, stream_t s, Args... args) {
   static const bool overlap = launch_overlap_enabled(reinterpret_cast<const void*>(Kernel));
@@ -223,7 +223,6 @@ void launch_cooperative(const char* what, unsigned grid, unsigned block, std::si
 #endif
 
 inline stream_t to_stream(void* s) { return static_cast<stream_t>(s); }
-
 
 // ---- device: warp intrinsics -----------------------------------------------------------------------------
 #if defined(__HIP_PLATFORM_AMD__) && defined(__AMDGCN_WAVEFRONT_SIZE)

@@ -21,8 +21,8 @@ struct alignas(16) Vec {  // 16 bytes of values
 
 __device__ __forceinline__ float add(float a, float b) { return __fadd_rn(a, b); }
 
-// grid.x = num_tokens * chunks; each block covers blockDim (kSumThreads) * kVecs vectors of one token's row;
-// each thread kVecs vectors blockDim apart. kInFlight: input vectors loaded together (topk up to it in one round,
+// grid.x = num_tokens * chunks; each block covers kSumThreads * kVecs vectors of one token's row; each thread
+// kVecs vectors kSumThreads apart. kInFlight: input vectors loaded together (topk up to it in one round,
 // more in rounds). Small topk gets small kInFlight (fewer registers, more threads resident) and kVecs 2 (loads
 // in flight per thread): what a memory-bound kernel needs.
 template <class Traits, int kInFlight, int kVecs>
@@ -32,8 +32,7 @@ __global__ void __launch_bounds__(kSumThreads) sum_vec_kernel(const Vec<Traits>*
   gpu::begin_after_prior_grid();
   constexpr int C = Vec<Traits>::kCount;
   const std::int64_t token = blockIdx.x / static_cast<unsigned>(chunks);  // 32-bit division: grid < 2^31
-  const int T = static_cast<int>(blockDim.x);
-  const int v0 = static_cast<int>(blockIdx.x % static_cast<unsigned>(chunks)) * T * kVecs + threadIdx.x;
+  const int v0 = static_cast<int>(blockIdx.x % static_cast<unsigned>(chunks)) * kSumThreads * kVecs + threadIdx.x;
   const Vec<Traits>* src = in + token * topk * vecs_per_row;
   float acc[kVecs][C];
 #pragma unroll
@@ -46,8 +45,8 @@ __global__ void __launch_bounds__(kSumThreads) sum_vec_kernel(const Vec<Traits>*
     for (int u = 0; u < kVecs; ++u)
 #pragma unroll
       for (int k = 0; k < kInFlight; ++k)
-        if (k0 + k < topk && v0 + u * T < vecs_per_row)
-          x[u][k] = src[static_cast<std::int64_t>(k0 + k) * vecs_per_row + v0 + u * T];
+        if (k0 + k < topk && v0 + u * kSumThreads < vecs_per_row)
+          x[u][k] = src[static_cast<std::int64_t>(k0 + k) * vecs_per_row + v0 + u * kSumThreads];
 #pragma unroll
     for (int u = 0; u < kVecs; ++u)
 #pragma unroll
@@ -59,11 +58,11 @@ __global__ void __launch_bounds__(kSumThreads) sum_vec_kernel(const Vec<Traits>*
   }
 #pragma unroll
   for (int u = 0; u < kVecs; ++u) {
-    if (v0 + u * T >= vecs_per_row) continue;
+    if (v0 + u * kSumThreads >= vecs_per_row) continue;
     Vec<Traits> y;
 #pragma unroll
     for (int c = 0; c < C; ++c) y.v[c] = Traits::store(acc[u][c]);
-    out[token * vecs_per_row + v0 + u * T] = y;
+    out[token * vecs_per_row + v0 + u * kSumThreads] = y;
   }
 }
 
