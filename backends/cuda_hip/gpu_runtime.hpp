@@ -164,8 +164,6 @@ inline void check(error_t e, const char* what) {
   if (e != kSuccess)
     detail::throw_backend(std::string(kRuntimeName) + " error in " + what + ": " + error_string(e));
 }
-// After a launch: launch-configuration errors only (no host synchronisation, legal under graph capture).
-inline void check_launch(const char* kernel) { check(get_last_error(), kernel); }
 
 // Run-time host queries, cached per process for the current device at first use.
 int device_warp_size();
