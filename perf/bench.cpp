@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <random>
 #include <string>
 #include <vector>
@@ -208,7 +209,7 @@ bool parse_align(const char* text, std::vector<AlignCase>* out) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   std::vector<AlignCase> extra;  // --align
   std::string suite = "targets", csv = "moe_bench.csv", timing = "device";
   bool quick = false;
@@ -224,6 +225,11 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "%s\n", kUsage);
       return 2;
     }
+  }
+  const char* suites[] = {"targets", "sweep", "sum", "large", "all", "none"};
+  if (std::none_of(std::begin(suites), std::end(suites), [&](const char* n) { return suite == n; })) {
+    std::fprintf(stderr, "unknown --suite '%s'\n%s\n", suite.c_str(), kUsage);
+    return 2;
   }
   try {
     moe::check_backend();
@@ -268,4 +274,13 @@ int main(int argc, char** argv) {
   }
   std::printf("\nCSV: %s\n", csv.c_str());
   return 0;
+}
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const moe::Error& e) {  // e.g. an --align shape the library rejects
+    std::fprintf(stderr, "moe_bench: %s\n", e.what());
+    return 1;
+  }
 }
