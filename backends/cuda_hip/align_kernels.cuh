@@ -104,7 +104,9 @@ __device__ inline void fill_range(std::int32_t* dst, std::int64_t begin, std::in
   const std::int64_t body = begin + head, vectors = (end - body) / 4;
   int4* v = reinterpret_cast<int4*>(dst + body);
   const int4 four = make_int4(value, value, value, value);
+#pragma unroll 1
   for (std::int64_t k = thread; k < vectors; k += threads) v[k] = four;
+#pragma unroll 1
   for (std::int64_t p = body + vectors * 4 + thread; p < end; p += threads) dst[p] = value;
 }
 
@@ -121,6 +123,7 @@ __device__ inline void fill_sentinels(const AlignOut& o, std::int64_t thread, st
 __device__ inline void fill_expert_ids(const ExpertLayout& lay, std::int32_t total, const AlignOut& o,
                                        std::int64_t thread, std::int64_t threads) {
   const std::int32_t used_blocks = total / o.block_size;
+#pragma unroll 1
   for (std::int64_t b = thread; b < used_blocks; b += threads)
     o.expert_ids[b] = lay.expert_at(static_cast<std::int32_t>(b) * o.block_size);
   fill_range(o.expert_ids, used_blocks, o.max_blocks, -1, thread, threads);
@@ -342,8 +345,9 @@ inline std::size_t resident_smem_bytes(int warps, std::int32_t experts) {
 }
 
 // kLatency: all phases in one block, no workspace. The host sizes the block from numel and the experts;
-// each warp ranks at most kItems steps.
-template <class Src>
+// each warp ranks at most kMaxPer (<= kItems) steps, the smallest power of two that covers them: a body
+// unrolled for more steps than run is instruction fetches for nothing (align.cu, with_steps).
+template <int kMaxPer, class Src>
 __global__ void __launch_bounds__(kThreads) latency_kernel(Src src, AlignOut out) {
   begin_after_prior_grid();
   extern __shared__ std::int32_t smem[];
@@ -355,7 +359,7 @@ __global__ void __launch_bounds__(kThreads) latency_kernel(Src src, AlignOut out
   const int per = (steps + W - 1) / W;
   const int first = warp_id() * per * kWarpSize;
   fill_sentinels(out, threadIdx.x, blockDim.x);  // ordered before place_block by rank_block's barriers
-  std::int32_t key[kItems], rank[kItems];
+  std::int32_t key[kMaxPer], rank[kMaxPer];
   rank_block(src, first, per, smem, count, key, rank);
   const std::int32_t total = padded_starts(count, start, E, out.block_size, scratch);
   place_block(smem, start, E, first, per, key, rank, out);
@@ -364,12 +368,12 @@ __global__ void __launch_bounds__(kThreads) latency_kernel(Src src, AlignOut out
 }
 
 // kGrid: the same in ONE cooperative launch of co-resident blocks, each owning blockDim * per consecutive
-// ids; two grid-wide barriers take the place of two launch boundaries, and ranks stay in registers across
+// ids (per == kMaxPer, instantiated for each power of two up to kGridItems); two grid-wide barriers take the place of two launch boundaries, and ranks stay in registers across
 // them. Global memory holds only each block's count per expert, table[e * gridDim + block].
 //   1. sentinels over the grid; rank_block; its counts -> table                    | grid barrier
 //   2. one warp per expert: exclusive prefix over the blocks in place, total      | grid barrier
 //   3. every block: padded starts from the totals; base = start + its block prefix; place; fill over the grid
-template <class Src>
+template <int kMaxPer, class Src>
 __global__ void __launch_bounds__(kThreads) grid_kernel(Src src, int per, std::int32_t* table,
                                                         std::int32_t* totals, AlignOut out) {
   begin_after_prior_grid();
@@ -382,7 +386,7 @@ __global__ void __launch_bounds__(kThreads) grid_kernel(Src src, int per, std::i
   const int first = (b * W + warp_id()) * per * kWarpSize;
   const std::int64_t thread = std::int64_t{b} * blockDim.x + threadIdx.x, threads = std::int64_t{B} * blockDim.x;
   fill_sentinels(out, thread, threads);  // ordered before place_block by the grid barriers
-  std::int32_t key[kGridItems], rank[kGridItems];
+  std::int32_t key[kMaxPer], rank[kMaxPer];
   rank_block(src, first, per, smem, count, key, rank);
   for (int e = threadIdx.x; e < E; e += blockDim.x) table[e * B + b] = count[e];
   sync_grid();
@@ -418,6 +422,114 @@ __global__ void __launch_bounds__(kThreads) grid_kernel(Src src, int per, std::i
   place_block(smem, base, E, first, per, key, rank, out);
   if (b == 0 && threadIdx.x == 0) *out.post_pad = total;
   fill_expert_ids(ExpertLayout{start, count, E}, total, out, thread, threads);
+}
+
+// kOwned: every block reads ALL ids and owns `owned` consecutive experts [lo, lo + K). It counts every expert in
+// shared memory (for its experts' padded starts and the padded total) and ranks only its own experts' ids, one
+// ballot per owned expert per warp step. Warp w walks steps of kWarpSize consecutive ids from w * per *
+// kWarpSize, so (warp, step, lane) order is index order and ranks are stable. Two passes over the ids: count
+// (histogram, and this warp's ids per owned expert), then -- after the prefix over warps -- the same ballots
+// again, placing each owned id. Lane q of a warp keeps the running position of owned expert q. The block
+// writes its experts' part of both outputs (ids, padding, expert_ids) and a strip of the tails. Blocks never
+// talk to each other: one launch, no grid barrier, no workspace, each output element written once; the price
+// is that every block reads all ids (from L2 after the first). Loops stay rolled: a fully unrolled form (110 KB
+// of SASS) was 2-3 us slower per call at any size (H200, perf/NOTES.md step 20).
+// Shared memory: hist [E], warp_count [W][kOwnedMaxExperts], sums [2 W].
+template <class Src>
+__global__ void __launch_bounds__(1024) owned_kernel(Src src, int per, int owned, AlignOut out) {
+  begin_after_prior_grid();
+  extern __shared__ std::int32_t smem[];
+  const int E = out.num_experts, W = warps_per_block(), w = warp_id(), lane = lane_id();
+  const int n = static_cast<int>(src.size()), T = static_cast<int>(blockDim.x), tid = static_cast<int>(threadIdx.x);
+  std::int32_t* hist = smem;
+  std::int32_t* warp_count = hist + E;
+  std::int32_t* sums = warp_count + W * kOwnedMaxExperts;
+  const int lo = static_cast<int>(blockIdx.x) * owned, K = min(owned, E - lo);
+  const int first = w * per * kWarpSize;
+  // k of each of kItems steps' ids: key - lo (owned iff 0 <= k < K), or -1 - E for a dropped id
+  auto load = [&](int s0, int (&k)[kItems]) {
+#pragma unroll
+    for (int j = 0; j < kItems; ++j) {
+      const int i = first + (s0 + j) * kWarpSize + lane;
+      const std::int32_t key = (s0 + j < per && i < n) ? src.load(i).key : -1;
+      k[j] = key >= 0 ? key - lo : -1 - E;
+    }
+  };
+#pragma unroll 1
+  for (int e = tid; e < E; e += T) hist[e] = 0;
+  __syncthreads();
+  std::int32_t run = 0;  // lane q < K: this warp's ids of expert lo + q so far
+#pragma unroll 1
+  for (int s0 = 0; s0 < per; s0 += kItems) {
+    int k[kItems];
+    load(s0, k);
+#pragma unroll
+    for (int j = 0; j < kItems; ++j) {
+      if (k[j] >= -lo) atomicAdd(&hist[k[j] + lo], 1);
+#pragma unroll 1
+      for (int q = 0; q < K; ++q) {
+        const int c = popc(ballot(k[j] == q));
+        if (lane == q) run += c;
+      }
+    }
+  }
+  if (lane < K) warp_count[w * kOwnedMaxExperts + lane] = run;
+  __syncthreads();
+  // padded sizes of the experts before mine, and of all; warp 0 also turns warp_count into a prefix over warps
+  std::int32_t before = 0, total = 0;
+#pragma unroll 1
+  for (int e = tid; e < E; e += T) {
+    const std::int32_t padded = round_up(hist[e], out.block_size);
+    total += padded;
+    if (e < lo) before += padded;
+  }
+  before = warp_inclusive_scan(before);
+  total = warp_inclusive_scan(total);
+  if (lane == kWarpSize - 1) {
+    sums[w] = before;
+    sums[W + w] = total;
+  }
+  if (w == 0)
+    for (int q = 0; q < K; ++q) {  // W <= kWarpSize
+      const std::int32_t v = lane < W ? warp_count[lane * kOwnedMaxExperts + q] : 0;
+      const std::int32_t incl = warp_inclusive_scan(v);
+      if (lane < W) warp_count[lane * kOwnedMaxExperts + q] = incl - v;
+    }
+  __syncthreads();
+  {
+    const std::int32_t b = lane < W ? sums[lane] : 0, t = lane < W ? sums[W + lane] : 0;
+    before = shfl(warp_inclusive_scan(b), kWarpSize - 1);
+    total = shfl(warp_inclusive_scan(t), kWarpSize - 1);
+  }
+  // lane q < K: where this warp's ids of expert lo + q go; expert padded starts follow from hist
+  std::int32_t at = before;
+  for (int q = 0; q < K; ++q) {
+    if (lane == q) run = at + warp_count[w * kOwnedMaxExperts + q];
+    const std::int32_t c = hist[lo + q], padded = round_up(c, out.block_size);
+#pragma unroll 1
+    for (int p = at + c + tid; p < at + padded; p += T) out.sorted[p] = out.numel;  // my experts' padding
+#pragma unroll 1
+    for (int b = at / out.block_size + tid; b < (at + padded) / out.block_size; b += T) out.expert_ids[b] = lo + q;
+    at += padded;
+  }
+#pragma unroll 1
+  for (int s0 = 0; s0 < per; s0 += kItems) {
+    int k[kItems];
+    load(s0, k);
+#pragma unroll
+    for (int j = 0; j < kItems; ++j)
+#pragma unroll 1
+      for (int q = 0; q < K; ++q) {
+        const lane_mask_t m = ballot(k[j] == q);
+        const std::int32_t base = shfl(run, q);
+        if (k[j] == q) out.sorted[base + popc(m & lanes_below())] = first + (s0 + j) * kWarpSize + lane;
+        if (lane == q) run += popc(m);
+      }
+  }
+  if (blockIdx.x == 0 && tid == 0) *out.post_pad = total;
+  const std::int64_t thread = std::int64_t{blockIdx.x} * T + tid, threads = std::int64_t{gridDim.x} * T;
+  fill_range(out.sorted, total, out.max_padded, out.numel, thread, threads);
+  fill_range(out.expert_ids, total / out.block_size, out.max_blocks, -1, thread, threads);
 }
 
 // kTiny: at most 32 ids, any number of experts. Every warp holds all ids, one per lane, and derives the

@@ -13,7 +13,10 @@
 // Paths:
 //   kTiny     numel <= 32, any number of experts: every warp derives the whole layout from the ids alone;
 //             the grid writes the sentinel tail.
-//   kLatency  numel <= 2048, experts <= kDirectMaxExperts: all phases in ONE block of one
+//   kOwned    257 to 2048 ids, experts <= kDirectMaxExperts: one launch of a block per expert; every block
+//             reads all ids, counts all experts in shared memory and ranks and places only its own expert's
+//             ids. No block waits for another.
+//   kLatency  33 to 256 ids, experts <= kDirectMaxExperts: all phases in ONE block of one
 //             launch, ranks in registers, per-warp counts in shared memory, no workspace.
 //   kGrid     experts <= kDirectMaxExperts, up to kGridMaxBlocks blocks of kThreads x <= kGridItems ids: the
 //             kLatency kernel's scheme over co-resident blocks of ONE cooperative launch, two grid-wide
@@ -43,13 +46,22 @@ constexpr std::int64_t kTinyMaxIds = 32;            // one warp step (NVIDIA and
 constexpr int kGridItems = 16;                      // kGrid: ids per thread held in registers, at most
 constexpr int kGridTargetBlocks = 128;              // kGrid: fewer ids per thread until about this many blocks
 constexpr int kGridMaxBlocks = 512;                 // kGrid: bounds the per-expert scan over blocks (registers)
+// kOwned: ids it takes (at 8192 ids, reading all ids in every block cost more than the grid's barriers: 9.7
+// against 6.6 us with 256 experts; perf/NOTES.md step 21); experts per block, at most (each costs one ballot per
+// warp step and pass: 1 -> 2 -> 4 experts per block took 4.28 -> 4.88 -> 6.70 us at 256x8); threads of all
+// blocks, at most (one wave of an H200 at 2048 threads per SM). Up to 2048 ids (256 threads) every expert
+// count up to 1024 gets one expert per block; the bound matters if the ids limit moves.
+constexpr std::int64_t kOwnedMinIds = 257, kOwnedMaxIds = 2048;
+constexpr int kOwnedMaxExperts = 2;
+constexpr std::int64_t kOwnedResidentThreads = 132 * 2048;
 
-enum class AlignPath { kEmpty, kTiny, kLatency, kGrid, kDirect, kRadix };
+enum class AlignPath { kEmpty, kTiny, kOwned, kLatency, kGrid, kDirect, kRadix };
 
 inline const char* path_name(AlignPath p) {
   switch (p) {
     case AlignPath::kEmpty: return "empty";
     case AlignPath::kTiny: return "tiny";
+    case AlignPath::kOwned: return "owned";
     case AlignPath::kLatency: return "latency";
     case AlignPath::kGrid: return "grid";
     case AlignPath::kDirect: return "direct";
@@ -61,6 +73,7 @@ inline const char* path_name(AlignPath p) {
 struct AlignPlan {
   AlignPath path = AlignPath::kEmpty;
   int latency_threads = 0;   // kLatency: block size
+  int owned_threads = 0, owned_per = 0, owned_experts = 0, owned_blocks = 0;  // kOwned: block size, ids per thread, experts per block, blocks
   int grid_per = 0, grid_blocks = 0;  // kGrid: ids per thread, blocks
   std::size_t grid_table = 0, grid_totals = 0;  // kGrid: workspace regions (kDirect's follow, for the fallback)
   std::int64_t segment = 0;  // kDirect/kRadix: ids per warp segment
@@ -97,8 +110,18 @@ inline AlignPlan make_align_plan(const detail::AlignShape& s) {
   // One block (one SM) up to 2048 ids (kThreads x kItems); beyond, the cooperative grid is faster: at 8192
   // ids and 8 experts one block of 1024 threads took 9.96 us, the grid 8.4 us (H200, same run,
   // perf/NOTES.md step 12), and with more experts the margin only grows.
+  // kOwned: about kItems ids per thread, 128 to 1024 threads; one expert per block unless that is more
+  // than one wave of blocks
+  const std::int64_t owned_threads = std::min<std::int64_t>(1024, std::max<std::int64_t>(128, ((n + kItems - 1) / kItems + 31) / 32 * 32));
+  const std::int64_t owned_experts = (E * owned_threads + kOwnedResidentThreads - 1) / kOwnedResidentThreads;
   if (n <= kTinyMaxIds) {
     p.path = AlignPath::kTiny;
+  } else if (n >= kOwnedMinIds && n <= kOwnedMaxIds && E <= kDirectMaxExperts && owned_experts <= kOwnedMaxExperts) {
+    p.path = AlignPath::kOwned;
+    p.owned_threads = static_cast<int>(owned_threads);
+    p.owned_per = static_cast<int>((n + owned_threads - 1) / owned_threads);
+    p.owned_experts = static_cast<int>(owned_experts);
+    p.owned_blocks = static_cast<int>((E + owned_experts - 1) / owned_experts);
   } else if (E <= kDirectMaxExperts && n <= std::int64_t{kThreads} * kItems) {
     p.path = AlignPath::kLatency;
     // as many warps as the ids need at kItems steps of 32 ids each, and as the experts need: the per-expert
