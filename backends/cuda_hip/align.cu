@@ -56,16 +56,16 @@ void counting_pass(const AlignPlan& p, const Src& src, bool sentinels, int bucke
                                                      p.segments, buckets, pad, table, totals, rank, sink, out, kept);
 }
 
-// f(std::integral_constant<int, P>) for the smallest power of two P >= steps (steps <= kMax, a power of two):
-// kernels that hold `steps` warp steps of ids in registers are instantiated for P steps only. One body for 16
+// f(std::integral_constant<int, P>), and its result, for the smallest power of two P >= steps (steps <= kMax, a
+// power of two): kernels that hold `steps` warp steps of ids in registers are instantiated for P steps only. One body for 16
 // steps that skips the unused ones still fetches their instructions: a 110 KB unrolled kernel was 2-3 us slower
 // per call than a 26 KB one doing the same work (H200, perf/NOTES.md step 20).
 template <int kMax, class F>
-void with_steps(int steps, F&& f) {
+auto with_steps(int steps, F&& f) {
   if constexpr (kMax > 1) {
     if (steps <= kMax / 2) return with_steps<kMax / 2>(steps, f);
   }
-  f(std::integral_constant<int, kMax>{});
+  return f(std::integral_constant<int, kMax>{});
 }
 
 template <class IdT>
@@ -88,10 +88,9 @@ void align_typed(const detail::AlignShape& s, const detail::AlignArgs& a, const 
     case gpu::AlignPath::kOwned: {
       const gpu::IdSource<IdT> src{ids, s.numel, s.num_experts, Digit{0, gpu::bits_for(s.num_experts)}};
       const int warps = p.owned_threads / gpu::device_warp_size();
-      const std::size_t smem = ints(s.num_experts + std::int64_t{warps} * (gpu::kOwnedMaxExperts + 2));
       gpu::launch<gpu::owned_kernel<gpu::IdSource<IdT>>>(
-          "owned_kernel", static_cast<unsigned>(p.owned_blocks), static_cast<unsigned>(p.owned_threads), smem, stream, src,
-          p.owned_per, p.owned_experts, out);
+          "owned_kernel", static_cast<unsigned>(p.owned_blocks), static_cast<unsigned>(p.owned_threads),
+          gpu::owned_smem_bytes(warps, s.num_experts), stream, src, p.owned_per, p.owned_experts, out);
       return;
     }
     case gpu::AlignPath::kLatency: {
@@ -107,18 +106,17 @@ void align_typed(const detail::AlignShape& s, const detail::AlignArgs& a, const 
     case gpu::AlignPath::kGrid:
     case gpu::AlignPath::kDirect: {
       const gpu::IdSource<IdT> src{ids, s.numel, s.num_experts, Digit{0, gpu::bits_for(s.num_experts)}};
-      bool done = false;
-      if (p.path == gpu::AlignPath::kGrid)
-        with_steps<gpu::kGridItems>(p.grid_per, [&](auto per) {
-          constexpr auto kernel = gpu::grid_kernel<decltype(per)::value, gpu::IdSource<IdT>>;
-          if (!grid_fits(p, s.num_experts, kernel)) return;
-          const std::size_t smem = gpu::resident_smem_bytes(gpu::kThreads / gpu::device_warp_size(), s.num_experts);
-          gpu::launch_cooperative<kernel>("grid_kernel (cooperative launch)", static_cast<unsigned>(p.grid_blocks),
-                                          gpu::kThreads, smem, stream, src, p.grid_per,
-                                          region<std::int32_t>(ws, p.grid_table), region<std::int32_t>(ws, p.grid_totals), out);
-          done = true;
-        });
-      if (done) return;
+      // kGrid where its blocks fit the device at once (returns whether it launched); otherwise kDirect
+      const auto launch_grid = [&](auto per) {
+        constexpr auto kernel = gpu::grid_kernel<decltype(per)::value, gpu::IdSource<IdT>>;
+        if (!grid_fits(p, s.num_experts, kernel)) return false;
+        const std::size_t smem = gpu::resident_smem_bytes(gpu::kThreads / gpu::device_warp_size(), s.num_experts);
+        gpu::launch_cooperative<kernel>("grid_kernel (cooperative launch)", static_cast<unsigned>(p.grid_blocks),
+                                        gpu::kThreads, smem, stream, src, p.grid_per,
+                                        region<std::int32_t>(ws, p.grid_table), region<std::int32_t>(ws, p.grid_totals), out);
+        return true;
+      };
+      if (p.path == gpu::AlignPath::kGrid && with_steps<gpu::kGridItems>(p.grid_per, launch_grid)) return;
       counting_pass<true>(p, src, true, s.num_experts, s.block_size, region<std::int32_t>(ws, p.table),
                           region<std::int32_t>(ws, p.totals), region<std::uint16_t>(ws, p.rank), gpu::SortedSink{a.sorted_token_ids}, out, nullptr,
                           nullptr, stream);

@@ -368,8 +368,8 @@ __global__ void __launch_bounds__(kThreads) latency_kernel(Src src, AlignOut out
 }
 
 // kGrid: the same in ONE cooperative launch of co-resident blocks, each owning blockDim * per consecutive
-// ids (per == kMaxPer, instantiated for each power of two up to kGridItems); two grid-wide barriers take the place of two launch boundaries, and ranks stay in registers across
-// them. Global memory holds only each block's count per expert, table[e * gridDim + block].
+// ids (per == kMaxPer, instantiated for each power of two up to kGridItems); two grid-wide barriers take the
+// place of two launch boundaries, and ranks stay in registers across them. Global memory holds only each block's count per expert, table[e * gridDim + block].
 //   1. sentinels over the grid; rank_block; its counts -> table                    | grid barrier
 //   2. one warp per expert: exclusive prefix over the blocks in place, total      | grid barrier
 //   3. every block: padded starts from the totals; base = start + its block prefix; place; fill over the grid
@@ -424,6 +424,11 @@ __global__ void __launch_bounds__(kThreads) grid_kernel(Src src, int per, std::i
   fill_expert_ids(ExpertLayout{start, count, E}, total, out, thread, threads);
 }
 
+// Shared memory of kOwned: hist [E], warp_count [W][kOwnedMaxExperts], sums [2 W].
+inline std::size_t owned_smem_bytes(int warps, std::int32_t experts) {
+  return sizeof(std::int32_t) * (std::size_t(experts) + std::size_t(warps) * (kOwnedMaxExperts + 2));
+}
+
 // kOwned: every block reads ALL ids and owns `owned` consecutive experts [lo, lo + K). It counts every expert in
 // shared memory (for its experts' padded starts and the padded total) and ranks only its own experts' ids, one
 // ballot per owned expert per warp step. Warp w walks steps of kWarpSize consecutive ids from w * per *
@@ -434,7 +439,6 @@ __global__ void __launch_bounds__(kThreads) grid_kernel(Src src, int per, std::i
 // talk to each other: one launch, no grid barrier, no workspace, each output element written once; the price
 // is that every block reads all ids (from L2 after the first). Loops stay rolled: a fully unrolled form (110 KB
 // of SASS) was 2-3 us slower per call at any size (H200, perf/NOTES.md step 20).
-// Shared memory: hist [E], warp_count [W][kOwnedMaxExperts], sums [2 W].
 template <class Src>
 __global__ void __launch_bounds__(1024) owned_kernel(Src src, int per, int owned, AlignOut out) {
   begin_after_prior_grid();

@@ -107,11 +107,10 @@ inline AlignPlan make_align_plan(const detail::AlignShape& s) {
   auto segment_for = [&](std::int64_t buckets) {  // < 65536 always, so u16 ranks suffice
     return layout::segment_length(n, buckets, kMaxSegments);
   };
-  // One block (one SM) up to 2048 ids (kThreads x kItems); beyond, the cooperative grid is faster: at 8192
-  // ids and 8 experts one block of 1024 threads took 9.96 us, the grid 8.4 us (H200, same run,
-  // perf/NOTES.md step 12), and with more experts the margin only grows.
   // kOwned: about kItems ids per thread, 128 to 1024 threads; one expert per block unless that is more
-  // than one wave of blocks
+  // than one wave of blocks. kLatency (one block, one SM) takes what kOwned does not, up to 2048 ids
+  // (kThreads x kItems); beyond, the cooperative grid is faster: at 8192 ids and 8 experts one block of 1024
+  // threads took 9.96 us, the grid 8.4 us (H200, same run, perf/NOTES.md step 12).
   const std::int64_t owned_threads = std::min<std::int64_t>(1024, std::max<std::int64_t>(128, ((n + kItems - 1) / kItems + 31) / 32 * 32));
   const std::int64_t owned_experts = (E * owned_threads + kOwnedResidentThreads - 1) / kOwnedResidentThreads;
   if (n <= kTinyMaxIds) {
