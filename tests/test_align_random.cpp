@@ -30,6 +30,17 @@ TEST_CASE("random: expert counts a split into groups of experts leaves a remaind
     }
 }
 
+TEST_CASE("random: sizes where a path changes blocks or ids per thread") {
+  // the GPU's cluster path (2049 to 8192 ids, 8 blocks of 256 threads) doubles its ids per thread after 2048
+  // and 4096; the last block of the cluster is then partly or barely filled
+  Rng rng(9);
+  for (std::size_t n : {2049u, 4095u, 4096u, 4097u, 6000u, 8191u, 8192u, 8193u})
+    for (std::int32_t E : {8, 256, 1024}) {
+      check_align(uniform_ids<std::int32_t>(n, E, rng, 0.05), E, 64);
+      check_align(skewed_ids<std::int32_t>(n, E, rng, E / 2), E, 16);
+    }
+}
+
 TEST_CASE("random: every block size") {
   Rng rng(2);
   for (std::int32_t bs : kBlockSizes)

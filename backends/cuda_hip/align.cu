@@ -74,7 +74,25 @@ void align_typed(const detail::AlignShape& s, const detail::AlignArgs& a, const 
   const AlignOut out{a.sorted_token_ids, a.expert_ids, a.num_tokens_post_pad, static_cast<std::int32_t>(s.numel),
                      s.num_experts,     s.block_size, s.max_padded,          s.max_blocks};
   void* ws = a.workspace;
-  switch (p.path) {
+  gpu::AlignPath path = p.path;
+  if (path == gpu::AlignPath::kCluster) {
+#if !defined(MOE_GPU_HIP)
+    const gpu::IdSource<IdT> src{ids, s.numel, s.num_experts, Digit{0, gpu::bits_for(s.num_experts)}};
+    const std::size_t smem = gpu::resident_smem_bytes(gpu::kThreads / gpu::device_warp_size(), s.num_experts);
+    const bool launched = with_steps<gpu::kClusterMaxPer>(p.cluster_per, [&](auto per) {
+      constexpr auto kernel = gpu::cluster_kernel<decltype(per)::value, gpu::IdSource<IdT>>;
+      const auto blocks = static_cast<unsigned>(p.cluster_blocks);
+      if (!gpu::cluster_fits(reinterpret_cast<const void*>(kernel), blocks, gpu::kThreads, smem)) return false;
+      gpu::launch_cluster<kernel>("cluster_kernel", blocks, blocks, gpu::kThreads, smem, stream, src, p.cluster_per, out);
+      return true;
+    });
+    if (launched) return;
+#endif
+    path = p.fallback;
+  }
+  switch (path) {
+    case gpu::AlignPath::kCluster:  // never: replaced by its fallback above
+      detail::throw_backend("align_block_size: cluster path without a fallback");
     case gpu::AlignPath::kEmpty:
       gpu::check(gpu::memset_async(a.num_tokens_post_pad, 0, sizeof(std::int32_t), stream), "memset post_pad");
       return;
@@ -116,7 +134,7 @@ void align_typed(const detail::AlignShape& s, const detail::AlignArgs& a, const 
                                         region<std::int32_t>(ws, p.grid_table), region<std::int32_t>(ws, p.grid_totals), out);
         return true;
       };
-      if (p.path == gpu::AlignPath::kGrid && with_steps<gpu::kGridItems>(p.grid_per, launch_grid)) return;
+      if (path == gpu::AlignPath::kGrid && with_steps<gpu::kGridItems>(p.grid_per, launch_grid)) return;
       counting_pass<true>(p, src, true, s.num_experts, s.block_size, region<std::int32_t>(ws, p.table),
                           region<std::int32_t>(ws, p.totals), region<std::uint16_t>(ws, p.rank), gpu::SortedSink{a.sorted_token_ids}, out, nullptr,
                           nullptr, stream);
@@ -143,7 +161,7 @@ void align_typed(const detail::AlignShape& s, const detail::AlignArgs& a, const 
                            out, nullptr, nullptr, stream);
       const unsigned grid = blocks_for(std::max<std::int64_t>(s.max_padded, s.num_experts * std::int64_t{32}),
                                        gpu::kThreads * 8);
-      gpu::launch<gpu::fill_kernel>("fill_kernel", grid, gpu::kThreads, 0, stream, padded, count, scalars, out);
+      gpu::launch<gpu::fill_kernel>("fill_kernel", grid, gpu::kThreads, 0, stream, padded, scalars, out);
       return;
     }
   }

@@ -84,11 +84,10 @@ struct AlignOut {
 
 using layout::round_up;
 
-// Padded start of each expert and its count, in any memory. expert_at(p): the expert whose padded range
-// holds position p < total (the largest e with start[e] <= p; empty experts have zero width).
+// Padded start of each expert, in any memory. expert_at(p): the expert whose padded range holds position
+// p < total (the largest e with start[e] <= p; empty experts have zero width).
 struct ExpertLayout {
   const std::int32_t* start;
-  const std::int32_t* count;
   std::int32_t num_experts;
   MOE_DEVICE std::int32_t expert_at(std::int32_t p) const { return layout::expert_at(start, num_experts, p); }
 };
@@ -277,7 +276,7 @@ __global__ void __launch_bounds__(kThreads)
     if (kFill) *out.post_pad = total;
   }
   if (kFill)
-    fill_expert_ids(ExpertLayout{start, count, buckets}, total, out,
+    fill_expert_ids(ExpertLayout{start, buckets}, total, out,
                     std::int64_t{blockIdx.x} * blockDim.x + threadIdx.x, std::int64_t{gridDim.x} * blockDim.x);
 }
 
@@ -364,7 +363,7 @@ __global__ void __launch_bounds__(kThreads) latency_kernel(Src src, AlignOut out
   const std::int32_t total = padded_starts(count, start, E, out.block_size, scratch);
   place_block(smem, start, E, first, per, key, rank, out);
   if (threadIdx.x == 0) *out.post_pad = total;
-  fill_expert_ids(ExpertLayout{start, count, E}, total, out, threadIdx.x, blockDim.x);
+  fill_expert_ids(ExpertLayout{start, E}, total, out, threadIdx.x, blockDim.x);
 }
 
 // kGrid: the same in ONE cooperative launch of co-resident blocks, each owning blockDim * per consecutive
@@ -421,8 +420,64 @@ __global__ void __launch_bounds__(kThreads) grid_kernel(Src src, int per, std::i
   __syncthreads();
   place_block(smem, base, E, first, per, key, rank, out);
   if (b == 0 && threadIdx.x == 0) *out.post_pad = total;
-  fill_expert_ids(ExpertLayout{start, count, E}, total, out, thread, threads);
+  fill_expert_ids(ExpertLayout{start, E}, total, out, thread, threads);
 }
+
+#if !defined(MOE_GPU_HIP)
+// kCluster (CUDA, sm_90+): kGrid's scheme in ONE thread-block cluster; block b owns blockDim * per consecutive
+// ids. The blocks' counts stay in their shared memory, where every block of the cluster can read them, so:
+//   1. sentinels over the cluster; rank_block                                       | cluster barrier
+//   2. every block, per expert: its prefix over the blocks before it and the total, read from the other
+//      blocks' shared memory; padded starts; place; expert_ids over the cluster
+// One hardware cluster barrier in place of kGrid's two grid barriers and global table. (Its release/acquire
+// orders the sentinel stores of every block before the id stores of any.) A block's counts must outlive the
+// other blocks' reads: each block arrives at a second cluster barrier after its reads and waits on it last.
+// Shared memory as kGrid's (resident_smem_bytes): rows, block_count, start, base, scratch.
+template <int kMaxPer, class Src>
+__global__ void __launch_bounds__(kThreads) cluster_kernel(Src src, int per, AlignOut out) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  namespace cg = cooperative_groups;
+  begin_after_prior_grid();
+  extern __shared__ std::int32_t smem[];
+  const cg::cluster_group cluster = cg::this_cluster();
+  const int E = out.num_experts, W = warps_per_block();
+  const int B = static_cast<int>(cluster.num_blocks()), b = static_cast<int>(cluster.block_rank());
+  std::int32_t* block_count = smem + W * (E + 1);
+  std::int32_t* start = block_count + E;
+  std::int32_t* base = start + E;
+  std::int32_t* scratch = base + E;
+  const int first = (b * W + warp_id()) * per * kWarpSize;
+  const std::int64_t thread = std::int64_t{b} * blockDim.x + threadIdx.x, threads = std::int64_t{B} * blockDim.x;
+  fill_sentinels(out, thread, threads);  // ordered before place_block by the cluster barrier
+  std::int32_t key[kMaxPer], rank[kMaxPer];
+  rank_block(src, first, per, smem, block_count, key, rank);
+  cluster.sync();
+  for (int e = threadIdx.x; e < E; e += blockDim.x) {
+    std::int32_t before = 0, total = 0;
+#pragma unroll
+    for (int r = 0; r < kClusterMaxBlocks; ++r) {  // all remote loads in flight at once
+      const std::int32_t c = r < B ? *cluster.map_shared_rank(block_count + e, r) : 0;
+      total += c;
+      before += r < b ? c : 0;
+    }
+    start[e] = round_up(total, out.block_size);
+    base[e] = before;
+  }
+  cluster.barrier_arrive();  // done reading the other blocks' counts
+  __syncthreads();
+  const std::int32_t total = block_exclusive_scan(start, E, scratch);
+  for (int e = threadIdx.x; e < E; e += blockDim.x) base[e] += start[e];
+  __syncthreads();
+  place_block(smem, base, E, first, per, key, rank, out);
+  if (b == 0 && threadIdx.x == 0) *out.post_pad = total;
+  fill_expert_ids(ExpertLayout{start, E}, total, out, thread, threads);
+  cluster.barrier_wait();  // no block leaves while another may still read its counts
+#else
+  (void)src, (void)per, (void)out;
+  __trap();  // never launched: the host takes this path only for kernels built for sm_90+ (align.cu)
+#endif
+}
+#endif
 
 // Shared memory of kOwned: hist [E], warp_count [W][kOwnedMaxExperts], sums [2 W].
 inline std::size_t owned_smem_bytes(int warps, std::int32_t experts) {
@@ -592,10 +647,9 @@ __global__ void __launch_bounds__(1024) expert_scan_kernel(const std::int32_t* e
 
 // kRadix, last: expert_ids.
 __global__ void __launch_bounds__(kThreads) fill_kernel(const std::int32_t* expert_padded_start,
-                                                        const std::int32_t* expert_count,
                                                         const std::int32_t* scalars, AlignOut out) {
   begin_after_prior_grid();
-  fill_expert_ids(ExpertLayout{expert_padded_start, expert_count, out.num_experts}, scalars[1], out,
+  fill_expert_ids(ExpertLayout{expert_padded_start, out.num_experts}, scalars[1], out,
                   std::int64_t{blockIdx.x} * blockDim.x + threadIdx.x, std::int64_t{gridDim.x} * blockDim.x);
 }
 

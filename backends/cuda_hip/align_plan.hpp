@@ -13,6 +13,11 @@
 // Paths:
 //   kTiny     numel <= 32, any number of experts: every warp derives the whole layout from the ids alone;
 //             the grid writes the sentinel tail.
+//   kCluster  (CUDA, sm_90+) 2049 to 8192 ids, and kOwned's shapes with few or many experts (see below): the
+//             kGrid scheme in ONE thread-block cluster of up to 8 blocks: each block reads the others' counts
+//             from their shared memory, so one cluster barrier replaces kGrid's two grid barriers and its
+//             global table. Falls back to the path the shape has without it (same workspace) where the device
+//             cannot run the cluster.
 //   kOwned    257 to 2048 ids, experts <= kDirectMaxExperts: one launch of a block per expert; every block
 //             reads all ids, counts all experts in shared memory and ranks and places only its own expert's
 //             ids. No block waits for another.
@@ -54,13 +59,23 @@ constexpr int kGridMaxBlocks = 512;                 // kGrid: bounds the per-exp
 constexpr std::int64_t kOwnedMinIds = 257, kOwnedMaxIds = 2048;
 constexpr int kOwnedMaxExperts = 2;
 constexpr std::int64_t kOwnedResidentThreads = 132 * 2048;
+// kCluster: CUDA only (HIP has no thread-block clusters); up to 8 blocks of kThreads (a portable cluster size),
+// up to kClusterMaxPer ids per thread. 16 blocks were slower than 8 at every size tried (perf/NOTES.md step 22).
+#if defined(MOE_GPU_HIP)
+constexpr bool kClusterBackend = false;
+#else
+constexpr bool kClusterBackend = true;
+#endif
+constexpr int kClusterMaxBlocks = 8, kClusterMaxPer = 4;
+constexpr std::int64_t kClusterMaxIds = std::int64_t{kClusterMaxBlocks} * kThreads * kClusterMaxPer;
 
-enum class AlignPath { kEmpty, kTiny, kOwned, kLatency, kGrid, kDirect, kRadix };
+enum class AlignPath { kEmpty, kTiny, kCluster, kOwned, kLatency, kGrid, kDirect, kRadix };
 
 inline const char* path_name(AlignPath p) {
   switch (p) {
     case AlignPath::kEmpty: return "empty";
     case AlignPath::kTiny: return "tiny";
+    case AlignPath::kCluster: return "cluster";
     case AlignPath::kOwned: return "owned";
     case AlignPath::kLatency: return "latency";
     case AlignPath::kGrid: return "grid";
@@ -72,6 +87,8 @@ inline const char* path_name(AlignPath p) {
 
 struct AlignPlan {
   AlignPath path = AlignPath::kEmpty;
+  AlignPath fallback = AlignPath::kEmpty;  // kCluster: the path taken where the device cannot run the cluster
+  int cluster_blocks = 0, cluster_per = 0;  // kCluster: blocks (of kThreads), ids per thread
   int latency_threads = 0;   // kLatency: block size
   int owned_threads = 0, owned_per = 0, owned_experts = 0, owned_blocks = 0;  // kOwned: block size, ids per thread, experts per block, blocks
   int grid_per = 0, grid_blocks = 0;  // kGrid: ids per thread, blocks
@@ -167,6 +184,21 @@ inline AlignPlan make_align_plan(const detail::AlignShape& s) {
     p.rank = take(n, sizeof(std::uint16_t));
   }
   p.bytes = cursor;
+  // kCluster where it measured faster (H200, perf/NOTES.md step 22): above kOwned's ids, up to 8192 (kGrid's
+  // two grid barriers cost more than 8 blocks' longer rank chains: 0.69-0.88 of its time), and in kOwned's range
+  // where its E blocks pay most for each reading all n ids (E x n > 2^19: 2048 ids, 1024 experts 11.0 -> 7.1 us)
+  // or for counting on few counters (E <= 8: 3.95 -> 3.29 us). Elsewhere below 2048 ids a cluster launch cost
+  // more than it saved (one block as a cluster: 128 ids, 256 experts 3.5 -> 4.3 us).
+  const bool owned_costly = p.path == AlignPath::kOwned && (std::int64_t{E} * n > (std::int64_t{1} << 19) || E <= 8);
+  const bool grid_short = n > kOwnedMaxIds && n <= kClusterMaxIds && E <= kDirectMaxExperts;
+  if (kClusterBackend && (owned_costly || grid_short)) {
+    int per = 1;  // fewest ids per thread that fit the blocks: shorter rank chains
+    while (n > std::int64_t{kClusterMaxBlocks} * kThreads * per) per *= 2;
+    p.fallback = p.path;
+    p.path = AlignPath::kCluster;
+    p.cluster_per = per;
+    p.cluster_blocks = static_cast<int>((n + std::int64_t{kThreads} * per - 1) / (std::int64_t{kThreads} * per));
+  }
   return p;
 }
 

@@ -122,15 +122,21 @@ template <class Kernel>
 error_t max_active_blocks(int* n, Kernel kernel, int threads, std::size_t smem) {
   return cudaOccupancyMaxActiveBlocksPerMultiprocessor(n, reinterpret_cast<const void*>(kernel), threads, smem);
 }
-// Launch with the attributes of this backend's kernels: cooperative (all blocks resident, for sync_grid) and/or
-// programmatic stream serialisation (see "dependent launch" below). args: pointers to the arguments.
-inline error_t launch_ex(const void* kernel, unsigned grid, unsigned block, void** args, std::size_t smem, stream_t s,
-                         bool cooperative, bool overlap) {
-  cudaLaunchAttribute attr[2];
+// Launch with the attributes of this backend's kernels: cooperative (all blocks resident, for sync_grid), a
+// cluster size (> 0: thread-block clusters of that many blocks) and/or programmatic stream serialisation (see
+// "dependent launch" below). args: pointers to the arguments.
+inline cudaLaunchConfig_t launch_config(unsigned grid, unsigned block, std::size_t smem, stream_t s,
+                                        cudaLaunchAttribute (&attr)[3], bool cooperative, unsigned cluster, bool overlap) {
   unsigned n = 0;
   if (cooperative) {
     attr[n].id = cudaLaunchAttributeCooperative;
     attr[n++].val.cooperative = 1;
+  }
+  if (cluster > 0) {
+    attr[n].id = cudaLaunchAttributeClusterDimension;
+    attr[n].val.clusterDim.x = cluster;
+    attr[n].val.clusterDim.y = 1;
+    attr[n++].val.clusterDim.z = 1;
   }
   if (overlap) {
     attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -143,8 +149,17 @@ inline error_t launch_ex(const void* kernel, unsigned grid, unsigned block, void
   cfg.stream = s;
   cfg.attrs = attr;
   cfg.numAttrs = n;
+  return cfg;
+}
+inline error_t launch_ex(const void* kernel, unsigned grid, unsigned block, void** args, std::size_t smem, stream_t s,
+                         bool cooperative, unsigned cluster, bool overlap) {
+  cudaLaunchAttribute attr[3];
+  const cudaLaunchConfig_t cfg = launch_config(grid, block, smem, s, attr, cooperative, cluster, overlap);
   return cudaLaunchKernelExC(&cfg, kernel, args);
 }
+// Whether ONE cluster of `cluster` (<= 8) blocks can run on this device: sm_90+, a kernel built for it (PTX >=
+// 9.0, else its body is a trap), and room in one GPC.
+bool cluster_fits(const void* kernel, unsigned cluster, unsigned block, std::size_t smem);
 inline error_t ptx_version(int* v, const void* kernel) {
   cudaFuncAttributes a{};
   const error_t e = cudaFuncGetAttributes(&a, kernel);
@@ -184,7 +199,7 @@ bool launch_overlap_enabled(const void* kernel);  // cached per kernel
 // exact). cooperative: all blocks resident at once, for kernels that call sync_grid().
 template <class... Params, class... Args>
 error_t launch_with(void (*kernel)(Params...), unsigned grid, unsigned block, std::size_t smem, stream_t s,
-                    bool cooperative, bool overlap, Args... args) {
+                    bool cooperative, unsigned cluster, bool overlap, Args... args) {
   static_assert(sizeof...(Params) == sizeof...(Args), "launch: wrong number of kernel arguments");
   std::tuple<Params...> held(static_cast<Params>(args)...);
   return std::apply(
@@ -192,12 +207,12 @@ error_t launch_with(void (*kernel)(Params...), unsigned grid, unsigned block, st
         void* ptrs[] = {static_cast<void*>(&a)..., nullptr};
         const void* k = reinterpret_cast<const void*>(kernel);
 #if defined(MOE_GPU_HIP)
-        (void)overlap;
+        (void)overlap, (void)cluster;
         if (cooperative) return hipLaunchCooperativeKernel(k, dim3(grid), dim3(block), ptrs, static_cast<unsigned>(smem), s);
         kernel<<<grid, block, smem, s>>>(a...);
         return get_last_error();
 #else
-        return launch_ex(k, grid, block, ptrs, smem, s, cooperative, overlap);
+        return launch_ex(k, grid, block, ptrs, smem, s, cooperative, cluster, overlap);
 #endif
       },
       held);
@@ -208,7 +223,7 @@ error_t launch_with(void (*kernel)(Params...), unsigned grid, unsigned block, st
 template <auto Kernel, class... Args>
 void launch(const char* what, unsigned grid, unsigned block, std::size_t smem, stream_t s, Args... args) {
   static const bool overlap = launch_overlap_enabled(reinterpret_cast<const void*>(Kernel));
-  check(launch_with(Kernel, grid, block, smem, s, false, overlap, args...), what);
+  check(launch_with(Kernel, grid, block, smem, s, false, 0, overlap, args...), what);
 }
 // Cooperative grids overlap only up to one block per multiprocessor: grids of 216-320 blocks ran 3-25 % slower
 // with the attribute, 128 gained; 136 and 192 gained too, which this bound gives up (H200, NOTES step 18).
@@ -216,8 +231,17 @@ template <auto Kernel, class... Args>
 void launch_cooperative(const char* what, unsigned grid, unsigned block, std::size_t smem, stream_t s, Args... args) {
   static const bool overlap = launch_overlap_enabled(reinterpret_cast<const void*>(Kernel));
   const bool small = grid <= static_cast<unsigned>(device_sm_count());
-  check(launch_with(Kernel, grid, block, smem, s, true, overlap && small, args...), what);
+  check(launch_with(Kernel, grid, block, smem, s, true, 0, overlap && small, args...), what);
 }
+#if !defined(MOE_GPU_HIP)
+// One grid of thread-block clusters of `cluster` blocks (check cluster_fits first).
+template <auto Kernel, class... Args>
+void launch_cluster(const char* what, unsigned grid, unsigned cluster, unsigned block, std::size_t smem, stream_t s,
+                    Args... args) {
+  static const bool overlap = launch_overlap_enabled(reinterpret_cast<const void*>(Kernel));
+  check(launch_with(Kernel, grid, block, smem, s, false, cluster, overlap, args...), what);
+}
+#endif
 #endif
 
 inline stream_t to_stream(void* s) { return static_cast<stream_t>(s); }
