@@ -23,9 +23,9 @@ for what in "$@"; do
     memcheck) run memcheck compute-sanitizer --tool memcheck --error-exitcode 9 "$build/tests/moe_tests" \
                 -tce='large*,*million*' ;;
     racecheck) run racecheck compute-sanitizer --tool racecheck --racecheck-report all --error-exitcode 9 \
-                "$build/tests/moe_tests" -tc='golden*,graph*,random: numel*,random: expert counts*,adversarial*' ;;
+                "$build/tests/moe_tests" -tc='golden*,graph*,random: numel*,random: expert counts*,random: sizes*,adversarial*' ;;
     synccheck) run synccheck compute-sanitizer --tool synccheck --error-exitcode 9 "$build/tests/moe_tests" \
-                -tc='golden*,graph*,router*,stream order*,random: expert counts*' ;;
+                -tc='golden*,graph*,router*,stream order*,random: expert counts*,random: sizes*' ;;
     consumer) run consumer bash -c "$build/consumer/consumer_cxx && $build/consumer/consumer_c" ;;
     bench-*) run "${what}" "$build/perf/moe_bench" --suite "${what#bench-}" --csv "$out/$tag-${what#bench-}.csv" ;;
     *) echo "unknown step $what"; status=2 ;;
