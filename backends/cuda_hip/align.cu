@@ -107,8 +107,8 @@ void align_typed(const detail::AlignShape& s, const detail::AlignArgs& a, const 
       const gpu::IdSource<IdT> src{ids, s.numel, s.num_experts, Digit{0, gpu::bits_for(s.num_experts)}};
       const int warps = p.owned_threads / gpu::device_warp_size();
       gpu::launch<gpu::owned_kernel<gpu::IdSource<IdT>>>(
-          "owned_kernel", static_cast<unsigned>(p.owned_blocks), static_cast<unsigned>(p.owned_threads),
-          gpu::owned_smem_bytes(warps, s.num_experts), stream, src, p.owned_per, p.owned_experts, out);
+          "owned_kernel", static_cast<unsigned>(s.num_experts), static_cast<unsigned>(p.owned_threads),
+          gpu::owned_smem_bytes(warps, s.num_experts), stream, src, p.owned_per, out);
       return;
     }
     case gpu::AlignPath::kLatency: {

@@ -479,60 +479,46 @@ __global__ void __launch_bounds__(kThreads) cluster_kernel(Src src, int per, Ali
 }
 #endif
 
-// Shared memory of kOwned: hist [E], warp_count [W][kOwnedMaxExperts], sums [2 W].
+// Shared memory of kOwned: hist [E], warp_count [W], sums [2 W].
 inline std::size_t owned_smem_bytes(int warps, std::int32_t experts) {
-  return sizeof(std::int32_t) * (std::size_t(experts) + std::size_t(warps) * (kOwnedMaxExperts + 2));
+  return sizeof(std::int32_t) * (std::size_t(experts) + 3 * std::size_t(warps));
 }
 
-// kOwned: every block reads ALL ids and owns `owned` consecutive experts [lo, lo + K). It counts every expert in
-// shared memory (for its experts' padded starts and the padded total) and ranks only its own experts' ids, one
-// ballot per owned expert per warp step. Warp w walks steps of kWarpSize consecutive ids from w * per *
-// kWarpSize, so (warp, step, lane) order is index order and ranks are stable. Two passes over the ids: count
-// (histogram, and this warp's ids per owned expert), then -- after the prefix over warps -- the same ballots
-// again, placing each owned id. Lane q of a warp keeps the running position of owned expert q. The block
-// writes its experts' part of both outputs (ids, padding, expert_ids) and a strip of the tails. Blocks never
-// talk to each other: one launch, no grid barrier, no workspace, each output element written once; the price
-// is that every block reads all ids (from L2 after the first). Loops stay rolled: a fully unrolled form (110 KB
-// of SASS) was 2-3 us slower per call at any size (H200, perf/NOTES.md step 20).
+// kOwned: block e reads ALL ids and owns expert e. It counts every expert in shared memory (for its padded start
+// and the padded total) and ranks only its own expert's ids, one ballot per warp step. Warp w holds `per`
+// (<= kItems) steps of kWarpSize consecutive ids from w * per * kWarpSize in registers, so (warp, step, lane)
+// order is index order and ranks are stable. After the count and the prefix over warps, the same ballots
+// place each of its ids. The block writes its expert's part of both outputs (ids, padding, expert_ids) and a
+// strip of the tails. Blocks never talk to each other: one launch, no grid barrier, no workspace, each output
+// element written once; the price is that every block reads all ids (from L2 after the first). Two or more
+// experts per block cost more than they saved (4.28 -> 4.88 -> 6.70 us for 1, 2, 4 at 256x8: perf/NOTES.md
+// step 21).
 template <class Src>
-__global__ void __launch_bounds__(1024) owned_kernel(Src src, int per, int owned, AlignOut out) {
+__global__ void __launch_bounds__(1024) owned_kernel(Src src, int per, AlignOut out) {
   begin_after_prior_grid();
   extern __shared__ std::int32_t smem[];
   const int E = out.num_experts, W = warps_per_block(), w = warp_id(), lane = lane_id();
   const int n = static_cast<int>(src.size()), T = static_cast<int>(blockDim.x), tid = static_cast<int>(threadIdx.x);
   std::int32_t* hist = smem;
   std::int32_t* warp_count = hist + E;
-  std::int32_t* sums = warp_count + W * kOwnedMaxExperts;
-  const int lo = static_cast<int>(blockIdx.x) * owned, K = min(owned, E - lo);
-  const int first = w * per * kWarpSize;
-  // k of each of kItems steps' ids: key - lo (owned iff 0 <= k < K), or -1 - E for a dropped id
-  auto load = [&](int s0, int (&k)[kItems]) {
-#pragma unroll
-    for (int j = 0; j < kItems; ++j) {
-      const int i = first + (s0 + j) * kWarpSize + lane;
-      const std::int32_t key = (s0 + j < per && i < n) ? src.load(i).key : -1;
-      k[j] = key >= 0 ? key - lo : -1 - E;
-    }
-  };
+  std::int32_t* sums = warp_count + W;
+  const int mine = static_cast<int>(blockIdx.x), first = w * per * kWarpSize;
 #pragma unroll 1
   for (int e = tid; e < E; e += T) hist[e] = 0;
-  __syncthreads();
-  std::int32_t run = 0;  // lane q < K: this warp's ids of expert lo + q so far
-#pragma unroll 1
-  for (int s0 = 0; s0 < per; s0 += kItems) {
-    int k[kItems];
-    load(s0, k);
+  std::int32_t key[kItems];  // -1: dropped, or past this warp's steps
 #pragma unroll
-    for (int j = 0; j < kItems; ++j) {
-      if (k[j] >= -lo) atomicAdd(&hist[k[j] + lo], 1);
-#pragma unroll 1
-      for (int q = 0; q < K; ++q) {
-        const int c = popc(ballot(k[j] == q));
-        if (lane == q) run += c;
-      }
-    }
+  for (int j = 0; j < kItems; ++j) {
+    const int i = first + j * kWarpSize + lane;
+    key[j] = (j < per && i < n) ? src.load(i).key : -1;
   }
-  if (lane < K) warp_count[w * kOwnedMaxExperts + lane] = run;
+  __syncthreads();
+  std::int32_t run = 0;  // this warp's ids of my expert so far (the same in every lane)
+#pragma unroll
+  for (int j = 0; j < kItems; ++j) {
+    if (key[j] >= 0) atomicAdd(&hist[key[j]], 1);
+    run += popc(ballot(key[j] == mine));
+  }
+  if (lane == 0) warp_count[w] = run;
   __syncthreads();
   // padded sizes of the experts before mine, and of all; warp 0 also turns warp_count into a prefix over warps
   std::int32_t before = 0, total = 0;
@@ -540,7 +526,7 @@ __global__ void __launch_bounds__(1024) owned_kernel(Src src, int per, int owned
   for (int e = tid; e < E; e += T) {
     const std::int32_t padded = round_up(hist[e], out.block_size);
     total += padded;
-    if (e < lo) before += padded;
+    if (e < mine) before += padded;
   }
   before = warp_inclusive_scan(before);
   total = warp_inclusive_scan(total);
@@ -548,42 +534,28 @@ __global__ void __launch_bounds__(1024) owned_kernel(Src src, int per, int owned
     sums[w] = before;
     sums[W + w] = total;
   }
-  if (w == 0)
-    for (int q = 0; q < K; ++q) {  // W <= kWarpSize
-      const std::int32_t v = lane < W ? warp_count[lane * kOwnedMaxExperts + q] : 0;
-      const std::int32_t incl = warp_inclusive_scan(v);
-      if (lane < W) warp_count[lane * kOwnedMaxExperts + q] = incl - v;
-    }
+  if (w == 0) {  // W <= kWarpSize
+    const std::int32_t v = lane < W ? warp_count[lane] : 0;
+    const std::int32_t incl = warp_inclusive_scan(v);
+    if (lane < W) warp_count[lane] = incl - v;
+  }
   __syncthreads();
   {
     const std::int32_t b = lane < W ? sums[lane] : 0, t = lane < W ? sums[W + lane] : 0;
     before = shfl(warp_inclusive_scan(b), kWarpSize - 1);
     total = shfl(warp_inclusive_scan(t), kWarpSize - 1);
   }
-  // lane q < K: where this warp's ids of expert lo + q go; expert padded starts follow from hist
-  std::int32_t at = before;
-  for (int q = 0; q < K; ++q) {
-    if (lane == q) run = at + warp_count[w * kOwnedMaxExperts + q];
-    const std::int32_t c = hist[lo + q], padded = round_up(c, out.block_size);
+  const std::int32_t count = hist[mine], padded = round_up(count, out.block_size);
 #pragma unroll 1
-    for (int p = at + c + tid; p < at + padded; p += T) out.sorted[p] = out.numel;  // my experts' padding
+  for (int p = before + count + tid; p < before + padded; p += T) out.sorted[p] = out.numel;  // my padding
 #pragma unroll 1
-    for (int b = at / out.block_size + tid; b < (at + padded) / out.block_size; b += T) out.expert_ids[b] = lo + q;
-    at += padded;
-  }
-#pragma unroll 1
-  for (int s0 = 0; s0 < per; s0 += kItems) {
-    int k[kItems];
-    load(s0, k);
+  for (int b = before / out.block_size + tid; b < (before + padded) / out.block_size; b += T) out.expert_ids[b] = mine;
+  run = before + warp_count[w];
 #pragma unroll
-    for (int j = 0; j < kItems; ++j)
-#pragma unroll 1
-      for (int q = 0; q < K; ++q) {
-        const lane_mask_t m = ballot(k[j] == q);
-        const std::int32_t base = shfl(run, q);
-        if (k[j] == q) out.sorted[base + popc(m & lanes_below())] = first + (s0 + j) * kWarpSize + lane;
-        if (lane == q) run += popc(m);
-      }
+  for (int j = 0; j < kItems; ++j) {
+    const lane_mask_t m = ballot(key[j] == mine);
+    if (key[j] == mine) out.sorted[run + popc(m & lanes_below())] = first + j * kWarpSize + lane;
+    run += popc(m);
   }
   if (blockIdx.x == 0 && tid == 0) *out.post_pad = total;
   const std::int64_t thread = std::int64_t{blockIdx.x} * T + tid, threads = std::int64_t{gridDim.x} * T;

@@ -51,14 +51,10 @@ constexpr std::int64_t kTinyMaxIds = 32;            // one warp step (NVIDIA and
 constexpr int kGridItems = 16;                      // kGrid: ids per thread held in registers, at most
 constexpr int kGridTargetBlocks = 128;              // kGrid: fewer ids per thread until about this many blocks
 constexpr int kGridMaxBlocks = 512;                 // kGrid: bounds the per-expert scan over blocks (registers)
-// kOwned: ids it takes (at 8192 ids, reading all ids in every block cost more than the grid's barriers: 9.7
-// against 6.6 us with 256 experts; perf/NOTES.md step 21); experts per block, at most (each costs one ballot per
-// warp step and pass: 1 -> 2 -> 4 experts per block took 4.28 -> 4.88 -> 6.70 us at 256x8); threads of all
-// blocks, at most (one wave of an H200 at 2048 threads per SM). Up to 2048 ids (256 threads) every expert
-// count up to 1024 gets one expert per block; the bound matters if the ids limit moves.
+// kOwned: the ids it takes (at 8192 ids, reading all ids in every block cost more than the grid's barriers: 9.7
+// against 6.6 us with 256 experts; perf/NOTES.md step 21). Up to 2048 ids a block has at most 256 threads of
+// at most kItems ids each, which its registers hold.
 constexpr std::int64_t kOwnedMinIds = 257, kOwnedMaxIds = 2048;
-constexpr int kOwnedMaxExperts = 2;
-constexpr std::int64_t kOwnedResidentThreads = 132 * 2048;
 // kCluster: CUDA only (HIP has no thread-block clusters); up to 8 blocks of kThreads (a portable cluster size),
 // up to kClusterMaxPer ids per thread. 16 blocks were slower than 8 at every size tried (perf/NOTES.md step 22).
 #if defined(MOE_GPU_HIP)
@@ -90,7 +86,7 @@ struct AlignPlan {
   AlignPath fallback = AlignPath::kEmpty;  // kCluster: the path taken where the device cannot run the cluster
   int cluster_blocks = 0, cluster_per = 0;  // kCluster: blocks (of kThreads), ids per thread
   int latency_threads = 0;   // kLatency: block size
-  int owned_threads = 0, owned_per = 0, owned_experts = 0, owned_blocks = 0;  // kOwned: block size, ids per thread, experts per block, blocks
+  int owned_threads = 0, owned_per = 0;  // kOwned: block size, ids per thread (blocks: one per expert)
   int grid_per = 0, grid_blocks = 0;  // kGrid: ids per thread, blocks
   std::size_t grid_table = 0, grid_totals = 0;  // kGrid: workspace regions (kDirect's follow, for the fallback)
   std::int64_t segment = 0;  // kDirect/kRadix: ids per warp segment
@@ -124,20 +120,16 @@ inline AlignPlan make_align_plan(const detail::AlignShape& s) {
   auto segment_for = [&](std::int64_t buckets) {  // < 65536 always, so u16 ranks suffice
     return layout::segment_length(n, buckets, kMaxSegments);
   };
-  // kOwned: about kItems ids per thread, 128 to 1024 threads; one expert per block unless that is more
-  // than one wave of blocks. kLatency (one block, one SM) takes what kOwned does not, up to 2048 ids
+  // kOwned: about kItems ids per thread, at least 128 threads; one block per expert. kLatency (one block, one SM) takes what kOwned does not, up to 2048 ids
   // (kThreads x kItems); beyond, the cooperative grid is faster: at 8192 ids and 8 experts one block of 1024
   // threads took 9.96 us, the grid 8.4 us (H200, same run, perf/NOTES.md step 12).
-  const std::int64_t owned_threads = std::min<std::int64_t>(1024, std::max<std::int64_t>(128, ((n + kItems - 1) / kItems + 31) / 32 * 32));
-  const std::int64_t owned_experts = (E * owned_threads + kOwnedResidentThreads - 1) / kOwnedResidentThreads;
+  const std::int64_t owned_threads = std::max<std::int64_t>(128, ((n + kItems - 1) / kItems + 31) / 32 * 32);
   if (n <= kTinyMaxIds) {
     p.path = AlignPath::kTiny;
-  } else if (n >= kOwnedMinIds && n <= kOwnedMaxIds && E <= kDirectMaxExperts && owned_experts <= kOwnedMaxExperts) {
+  } else if (n >= kOwnedMinIds && n <= kOwnedMaxIds && E <= kDirectMaxExperts) {
     p.path = AlignPath::kOwned;
     p.owned_threads = static_cast<int>(owned_threads);
     p.owned_per = static_cast<int>((n + owned_threads - 1) / owned_threads);
-    p.owned_experts = static_cast<int>(owned_experts);
-    p.owned_blocks = static_cast<int>((E + owned_experts - 1) / owned_experts);
   } else if (E <= kDirectMaxExperts && n <= std::int64_t{kThreads} * kItems) {
     p.path = AlignPath::kLatency;
     // as many warps as the ids need at kItems steps of 32 ids each, and as the experts need: the per-expert
