@@ -13,7 +13,7 @@
 // Paths:
 //   kTiny     numel <= 32, any number of experts: every warp derives the whole layout from the ids alone;
 //             the grid writes the sentinel tail.
-//   kCluster  (CUDA, sm_90+) 2049 to 8192 ids, and kOwned's shapes with few or many experts (see below): the
+//   kCluster  (CUDA, sm_90+) 2049 to 8192 ids, and kOwned's shapes with the most experts (see below): the
 //             kGrid scheme in ONE thread-block cluster of up to 8 blocks: each block reads the others' counts
 //             from their shared memory, so one cluster barrier replaces kGrid's two grid barriers and its
 //             global table. Falls back to the path the shape has without it (same workspace) where the device
@@ -176,12 +176,12 @@ inline AlignPlan make_align_plan(const detail::AlignShape& s) {
     p.rank = take(n, sizeof(std::uint16_t));
   }
   p.bytes = cursor;
-  // kCluster where it measured faster (H200, perf/NOTES.md step 22): above kOwned's ids, up to 8192 (kGrid's
-  // two grid barriers cost more than 8 blocks' longer rank chains: 0.69-0.88 of its time), and in kOwned's range
-  // where its E blocks pay most for each reading all n ids (E x n > 2^19: 2048 ids, 1024 experts 11.0 -> 7.1 us)
-  // or for counting on few counters (E <= 8: 3.95 -> 3.29 us). Elsewhere below 2048 ids a cluster launch cost
-  // more than it saved (one block as a cluster: 128 ids, 256 experts 3.5 -> 4.3 us).
-  const bool owned_costly = p.path == AlignPath::kOwned && (std::int64_t{E} * n > (std::int64_t{1} << 19) || E <= 8);
+  // kCluster where it is faster (H200, perf/NOTES.md steps 22 and 24): above kOwned's ids, up to 8192 (kGrid's
+  // two grid barriers cost more than 8 blocks' longer rank chains: 0.68-0.85 of its time), and in kOwned's range
+  // where its E blocks pay most for each reading all n ids (E x n > 2^20: 2048 ids, 1024 experts ~8.1 -> 7.1 us).
+  // Elsewhere below 2048 ids a cluster launch costs more than it saves (one block as a cluster: 128 ids, 256
+  // experts 3.5 -> 4.3 us; kOwned at 2048 ids and 8 / 512 experts ~2.5 / ~4.3 us, the cluster 3.3 / 5.3).
+  const bool owned_costly = p.path == AlignPath::kOwned && std::int64_t{E} * n > (std::int64_t{1} << 20);
   const bool grid_short = n > kOwnedMaxIds && n <= kClusterMaxIds && E <= kDirectMaxExperts;
   if (kClusterBackend && (owned_costly || grid_short)) {
     int per = 1;  // fewest ids per thread that fit the blocks: shorter rank chains
