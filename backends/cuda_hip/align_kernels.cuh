@@ -338,7 +338,14 @@ __device__ inline std::int32_t padded_starts(const std::int32_t* count, std::int
   return block_exclusive_scan(start, E, scratch);
 }
 
-// Shared memory of both: rows [W * (E + 1)], count [E], start [E], base [E], scratch [W + 1].
+// Shared memory of the block-resident kernels (kLatency, kGrid, kCluster), carved from their dynamic shared
+// memory: rows [W * (E + 1)], count [E] (the block's count per expert, or all blocks'), start [E], base [E],
+// scratch [W + 1].
+struct ResidentSmem {
+  std::int32_t *rows, *count, *start, *base, *scratch;
+  MOE_DEVICE ResidentSmem(std::int32_t* smem, int W, int E)
+      : rows(smem), count(smem + W * (E + 1)), start(count + E), base(start + E), scratch(base + E) {}
+};
 inline std::size_t resident_smem_bytes(int warps, std::int32_t experts) {
   return sizeof(std::int32_t) * (std::size_t(warps) * (experts + 1) + 3 * std::size_t(experts) + warps + 1);
 }
@@ -351,19 +358,17 @@ __global__ void __launch_bounds__(kThreads) latency_kernel(Src src, AlignOut out
   begin_after_prior_grid();
   extern __shared__ std::int32_t smem[];
   const int E = out.num_experts, W = warps_per_block();
-  std::int32_t* count = smem + W * (E + 1);
-  std::int32_t* start = count + E;
-  std::int32_t* scratch = start + 2 * E;
+  const ResidentSmem sm(smem, W, E);
   const int steps = (static_cast<int>(src.size()) + kWarpSize - 1) / kWarpSize;
   const int per = (steps + W - 1) / W;
   const int first = warp_id() * per * kWarpSize;
   fill_sentinels(out, threadIdx.x, blockDim.x);  // ordered before place_block by rank_block's barriers
   std::int32_t key[kMaxPer], rank[kMaxPer];
-  rank_block(src, first, per, smem, count, key, rank);
-  const std::int32_t total = padded_starts(count, start, E, out.block_size, scratch);
-  place_block(smem, start, E, first, per, key, rank, out);
+  rank_block(src, first, per, sm.rows, sm.count, key, rank);
+  const std::int32_t total = padded_starts(sm.count, sm.start, E, out.block_size, sm.scratch);
+  place_block(sm.rows, sm.start, E, first, per, key, rank, out);
   if (threadIdx.x == 0) *out.post_pad = total;
-  fill_expert_ids(ExpertLayout{start, E}, total, out, threadIdx.x, blockDim.x);
+  fill_expert_ids(ExpertLayout{sm.start, E}, total, out, threadIdx.x, blockDim.x);
 }
 
 // kGrid: the same in ONE cooperative launch of co-resident blocks, each owning blockDim * per consecutive
@@ -378,15 +383,13 @@ __global__ void __launch_bounds__(kThreads) grid_kernel(Src src, int per, std::i
   begin_after_prior_grid();
   extern __shared__ std::int32_t smem[];
   const int E = out.num_experts, W = warps_per_block(), B = gridDim.x, b = blockIdx.x;
-  std::int32_t* count = smem + W * (E + 1);
-  std::int32_t* start = count + E;
-  std::int32_t* base = start + E;
-  std::int32_t* scratch = base + E;
+  const ResidentSmem sm(smem, W, E);
+  std::int32_t *count = sm.count, *start = sm.start, *base = sm.base;
   const int first = (b * W + warp_id()) * per * kWarpSize;
   const std::int64_t thread = std::int64_t{b} * blockDim.x + threadIdx.x, threads = std::int64_t{B} * blockDim.x;
   fill_sentinels(out, thread, threads);  // ordered before place_block by the grid barriers
   std::int32_t key[kMaxPer], rank[kMaxPer];
-  rank_block(src, first, per, smem, count, key, rank);
+  rank_block(src, first, per, sm.rows, count, key, rank);
   for (int e = threadIdx.x; e < E; e += blockDim.x) table[e * B + b] = count[e];
   sync_grid();
   const int warps = B * W;
@@ -415,10 +418,10 @@ __global__ void __launch_bounds__(kThreads) grid_kernel(Src src, int per, std::i
     base[e] = table[e * B + b];
   }
   __syncthreads();
-  const std::int32_t total = padded_starts(count, start, E, out.block_size, scratch);
+  const std::int32_t total = padded_starts(count, start, E, out.block_size, sm.scratch);
   for (int e = threadIdx.x; e < E; e += blockDim.x) base[e] += start[e];
   __syncthreads();
-  place_block(smem, base, E, first, per, key, rank, out);
+  place_block(sm.rows, base, E, first, per, key, rank, out);
   if (b == 0 && threadIdx.x == 0) *out.post_pad = total;
   fill_expert_ids(ExpertLayout{start, E}, total, out, thread, threads);
 }
@@ -432,7 +435,7 @@ __global__ void __launch_bounds__(kThreads) grid_kernel(Src src, int per, std::i
 // One hardware cluster barrier in place of kGrid's two grid barriers and global table. (Its release/acquire
 // orders the sentinel stores of every block before the id stores of any.) A block's counts must outlive the
 // other blocks' reads: each block arrives at a second cluster barrier after its reads and waits on it last.
-// Shared memory as kGrid's (resident_smem_bytes): rows, block_count, start, base, scratch.
+// Shared memory: ResidentSmem, its count being this block's count per expert.
 template <int kMaxPer, class Src>
 __global__ void __launch_bounds__(kThreads) cluster_kernel(Src src, int per, AlignOut out) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -442,15 +445,13 @@ __global__ void __launch_bounds__(kThreads) cluster_kernel(Src src, int per, Ali
   const cg::cluster_group cluster = cg::this_cluster();
   const int E = out.num_experts, W = warps_per_block();
   const int B = static_cast<int>(cluster.num_blocks()), b = static_cast<int>(cluster.block_rank());
-  std::int32_t* block_count = smem + W * (E + 1);
-  std::int32_t* start = block_count + E;
-  std::int32_t* base = start + E;
-  std::int32_t* scratch = base + E;
+  const ResidentSmem sm(smem, W, E);
+  std::int32_t *block_count = sm.count, *start = sm.start, *base = sm.base;  // block_count: read by the others
   const int first = (b * W + warp_id()) * per * kWarpSize;
   const std::int64_t thread = std::int64_t{b} * blockDim.x + threadIdx.x, threads = std::int64_t{B} * blockDim.x;
   fill_sentinels(out, thread, threads);  // ordered before place_block by the cluster barrier
   std::int32_t key[kMaxPer], rank[kMaxPer];
-  rank_block(src, first, per, smem, block_count, key, rank);
+  rank_block(src, first, per, sm.rows, block_count, key, rank);
   cluster.sync();
   for (int e = threadIdx.x; e < E; e += blockDim.x) {
     std::int32_t before = 0, total = 0;
@@ -465,10 +466,10 @@ __global__ void __launch_bounds__(kThreads) cluster_kernel(Src src, int per, Ali
   }
   cluster.barrier_arrive();  // done reading the other blocks' counts
   __syncthreads();
-  const std::int32_t total = block_exclusive_scan(start, E, scratch);
+  const std::int32_t total = block_exclusive_scan(start, E, sm.scratch);
   for (int e = threadIdx.x; e < E; e += blockDim.x) base[e] += start[e];
   __syncthreads();
-  place_block(smem, base, E, first, per, key, rank, out);
+  place_block(sm.rows, base, E, first, per, key, rank, out);
   if (b == 0 && threadIdx.x == 0) *out.post_pad = total;
   fill_expert_ids(ExpertLayout{start, E}, total, out, thread, threads);
   cluster.barrier_wait();  // no block leaves while another may still read its counts
