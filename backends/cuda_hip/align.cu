@@ -74,10 +74,11 @@ void align_typed(const detail::AlignShape& s, const detail::AlignArgs& a, const 
   const AlignOut out{a.sorted_token_ids, a.expert_ids, a.num_tokens_post_pad, static_cast<std::int32_t>(s.numel),
                      s.num_experts,     s.block_size, s.max_padded,          s.max_blocks};
   void* ws = a.workspace;
+  // the caller's ids, bucket = expert (every path but kRadix, which sorts by one digit at a time)
+  const gpu::IdSource<IdT> src{ids, s.numel, s.num_experts, Digit{0, gpu::bits_for(s.num_experts)}};
   gpu::AlignPath path = p.path;
   if (path == gpu::AlignPath::kCluster) {
 #if !defined(MOE_GPU_HIP)
-    const gpu::IdSource<IdT> src{ids, s.numel, s.num_experts, Digit{0, gpu::bits_for(s.num_experts)}};
     const std::size_t smem = gpu::resident_smem_bytes(gpu::kThreads / gpu::device_warp_size(), s.num_experts);
     const bool launched = with_steps<gpu::kClusterMaxPer>(p.cluster_per, [&](auto per) {
       constexpr auto kernel = gpu::cluster_kernel<decltype(per)::value, gpu::IdSource<IdT>>;
@@ -97,15 +98,13 @@ void align_typed(const detail::AlignShape& s, const detail::AlignArgs& a, const 
       gpu::check(gpu::memset_async(a.num_tokens_post_pad, 0, sizeof(std::int32_t), stream), "memset post_pad");
       return;
     case gpu::AlignPath::kTiny: {
-      const gpu::IdSource<IdT> src{ids, s.numel, s.num_experts, Digit{0, gpu::bits_for(s.num_experts)}};
-      // about 16 16-byte stores per thread for the sentinel tail
+        // about 16 16-byte stores per thread for the sentinel tail
       const unsigned grid = std::min(2048u, blocks_for(std::max(s.max_padded, s.max_blocks), gpu::kThreads * 64));
       gpu::launch<gpu::tiny_kernel<gpu::IdSource<IdT>>>("tiny_kernel", grid, gpu::kThreads, 0, stream, src, out);
       return;
     }
     case gpu::AlignPath::kOwned: {
-      const gpu::IdSource<IdT> src{ids, s.numel, s.num_experts, Digit{0, gpu::bits_for(s.num_experts)}};
-      const int warps = p.owned_threads / gpu::device_warp_size();
+        const int warps = p.owned_threads / gpu::device_warp_size();
       gpu::launch<gpu::owned_kernel<gpu::IdSource<IdT>>>(
           "owned_kernel", static_cast<unsigned>(s.num_experts), static_cast<unsigned>(p.owned_threads),
           gpu::owned_smem_bytes(warps, s.num_experts), stream, src, p.owned_per, out);
@@ -113,8 +112,7 @@ void align_typed(const detail::AlignShape& s, const detail::AlignArgs& a, const 
     }
     case gpu::AlignPath::kLatency: {
       const int warps = p.latency_threads / gpu::device_warp_size();
-      const gpu::IdSource<IdT> src{ids, s.numel, s.num_experts, Digit{0, gpu::bits_for(s.num_experts)}};
-      const std::int64_t steps = (s.numel + gpu::device_warp_size() - 1) / gpu::device_warp_size();
+        const std::int64_t steps = (s.numel + gpu::device_warp_size() - 1) / gpu::device_warp_size();
       with_steps<gpu::kItems>(static_cast<int>((steps + warps - 1) / warps), [&](auto per) {
         gpu::launch<gpu::latency_kernel<decltype(per)::value, gpu::IdSource<IdT>>>(
             "latency_kernel", 1, p.latency_threads, gpu::resident_smem_bytes(warps, s.num_experts), stream, src, out);
@@ -123,8 +121,7 @@ void align_typed(const detail::AlignShape& s, const detail::AlignArgs& a, const 
     }
     case gpu::AlignPath::kGrid:
     case gpu::AlignPath::kDirect: {
-      const gpu::IdSource<IdT> src{ids, s.numel, s.num_experts, Digit{0, gpu::bits_for(s.num_experts)}};
-      // kGrid where its blocks fit the device at once (returns whether it launched); otherwise kDirect
+        // kGrid where its blocks fit the device at once (returns whether it launched); otherwise kDirect
       const auto launch_grid = [&](auto per) {
         constexpr auto kernel = gpu::grid_kernel<decltype(per)::value, gpu::IdSource<IdT>>;
         if (!grid_fits(p, s.num_experts, kernel)) return false;
@@ -149,8 +146,8 @@ void align_typed(const detail::AlignShape& s, const detail::AlignArgs& a, const 
       auto* scalars = region<std::int32_t>(ws, p.scalars);
       gpu::check(gpu::memset_async(count, 0, ints(s.num_experts), stream), "memset expert counts");
       // pass 1: by the low digit, keeping (expert, index) of every kept id; counts per expert on the side
-      const gpu::IdSource<IdT> src{ids, s.numel, s.num_experts, Digit{0, p.lo_bits}};
-      counting_pass<false>(p, src, true, 1 << p.lo_bits, 1, region<std::int32_t>(ws, p.table1),
+      const gpu::IdSource<IdT> low{ids, s.numel, s.num_experts, Digit{0, p.lo_bits}};
+      counting_pass<false>(p, low, true, 1 << p.lo_bits, 1, region<std::int32_t>(ws, p.table1),
                            region<std::int32_t>(ws, p.totals1), region<std::uint16_t>(ws, p.rank), gpu::PairSink{keys, values}, out, &scalars[0],
                            count, stream);
       gpu::launch<gpu::expert_scan_kernel>("expert_scan_kernel", 1, 1024, 0, stream, count, start, padded, scalars, out);

@@ -120,16 +120,17 @@ inline AlignPlan make_align_plan(const detail::AlignShape& s) {
   auto segment_for = [&](std::int64_t buckets) {  // < 65536 always, so u16 ranks suffice
     return layout::segment_length(n, buckets, kMaxSegments);
   };
-  // kOwned: about kItems ids per thread, at least 128 threads; one block per expert. kLatency (one block, one SM) takes what kOwned does not, up to 2048 ids
-  // (kThreads x kItems); beyond, the cooperative grid is faster: at 8192 ids and 8 experts one block of 1024
+  // kOwned: about kItems ids per thread, at least 128 threads; one block per expert. kLatency (one block, one
+  // SM) takes the 33-256 ids that kOwned leaves; its bound kThreads x kItems is what one block holds. Beyond
+  // 2048 ids the cooperative grid is faster than one block: at 8192 ids and 8 experts one block of 1024
   // threads took 9.96 us, the grid 8.4 us (H200, same run, perf/NOTES.md step 12).
-  const std::int64_t owned_threads = std::max<std::int64_t>(128, ((n + kItems - 1) / kItems + 31) / 32 * 32);
   if (n <= kTinyMaxIds) {
     p.path = AlignPath::kTiny;
   } else if (n >= kOwnedMinIds && n <= kOwnedMaxIds && E <= kDirectMaxExperts) {
     p.path = AlignPath::kOwned;
-    p.owned_threads = static_cast<int>(owned_threads);
-    p.owned_per = static_cast<int>((n + owned_threads - 1) / owned_threads);
+    const std::int64_t threads = std::max<std::int64_t>(128, ((n + kItems - 1) / kItems + 31) / 32 * 32);
+    p.owned_threads = static_cast<int>(threads);
+    p.owned_per = static_cast<int>((n + threads - 1) / threads);
   } else if (E <= kDirectMaxExperts && n <= std::int64_t{kThreads} * kItems) {
     p.path = AlignPath::kLatency;
     // as many warps as the ids need at kItems steps of 32 ids each, and as the experts need: the per-expert
