@@ -488,14 +488,16 @@ inline std::size_t owned_smem_bytes(int warps, std::int32_t experts) {
 // kOwned: block e reads ALL ids and owns expert e. It counts every expert in shared memory (for its padded start
 // and the padded total) and ranks only its own expert's ids, one ballot per warp step. Warp w holds `per`
 // (<= kItems) steps of kWarpSize consecutive ids from w * per * kWarpSize in registers, so (warp, step, lane)
-// order is index order and ranks are stable. After the count and the prefix over warps, the same ballots
-// place each of its ids. The block writes its expert's part of both outputs (ids, padding, expert_ids) and a
+// order is index order and ranks are stable. After the count and the prefix over warps, the ballots kept from
+// the count place each of its ids. The block-wide sums (the padded sizes before mine and of all, my expert's
+// ids in the warps before each warp) are warp sums, one instruction on sm_80+, not prefix scans: 0.79-0.95
+// of the time of the scans (perf/NOTES.md step 25). The block writes its expert's part of both outputs (ids, padding, expert_ids) and a
 // strip of the tails. Blocks never talk to each other: one launch, no grid barrier, no workspace, each output
 // element written once; the price is that every block reads all ids (from L2 after the first). Two or more
 // experts per block cost more than they saved (4.28 -> 4.88 -> 6.70 us for 1, 2, 4 at 256x8: perf/NOTES.md
 // step 21).
 template <class Src>
-__global__ void __launch_bounds__(1024) owned_kernel(Src src, int per, AlignOut out) {
+__global__ void __launch_bounds__(kThreads) owned_kernel(Src src, int per, AlignOut out) {
   begin_after_prior_grid();
   extern __shared__ std::int32_t smem[];
   const int E = out.num_experts, W = warps_per_block(), w = warp_id(), lane = lane_id();
@@ -513,15 +515,17 @@ __global__ void __launch_bounds__(1024) owned_kernel(Src src, int per, AlignOut 
     key[j] = (j < per && i < n) ? src.load(i).key : -1;
   }
   __syncthreads();
-  std::int32_t run = 0;  // this warp's ids of my expert so far (the same in every lane)
+  lane_mask_t hit[kItems];  // lanes holding my expert, per step: ranks them again when placing
+  std::int32_t run = 0;      // this warp's ids of my expert (the same in every lane)
 #pragma unroll
   for (int j = 0; j < kItems; ++j) {
     if (key[j] >= 0) atomicAdd(&hist[key[j]], 1);
-    run += popc(ballot(key[j] == mine));
+    hit[j] = ballot(key[j] == mine);
+    run += popc(hit[j]);
   }
   if (lane == 0) warp_count[w] = run;
   __syncthreads();
-  // padded sizes of the experts before mine, and of all; warp 0 also turns warp_count into a prefix over warps
+  // padded sizes of the experts before mine, and of all: block sums (warp sums, then a sum over warps)
   std::int32_t before = 0, total = 0;
 #pragma unroll 1
   for (int e = tid; e < E; e += T) {
@@ -529,34 +533,26 @@ __global__ void __launch_bounds__(1024) owned_kernel(Src src, int per, AlignOut 
     total += padded;
     if (e < mine) before += padded;
   }
-  before = warp_inclusive_scan(before);
-  total = warp_inclusive_scan(total);
-  if (lane == kWarpSize - 1) {
+  before = warp_sum(before);
+  total = warp_sum(total);
+  if (lane == 0) {
     sums[w] = before;
     sums[W + w] = total;
   }
-  if (w == 0) {  // W <= kWarpSize
-    const std::int32_t v = lane < W ? warp_count[lane] : 0;
-    const std::int32_t incl = warp_inclusive_scan(v);
-    if (lane < W) warp_count[lane] = incl - v;
-  }
-  __syncthreads();
-  {
-    const std::int32_t b = lane < W ? sums[lane] : 0, t = lane < W ? sums[W + lane] : 0;
-    before = shfl(warp_inclusive_scan(b), kWarpSize - 1);
-    total = shfl(warp_inclusive_scan(t), kWarpSize - 1);
-  }
+  const std::int32_t prior = warp_sum(lane < w ? warp_count[lane] : 0);  // my expert's ids in the warps before
+  __syncthreads();  // W <= kWarpSize
+  before = warp_sum(lane < W ? sums[lane] : 0);
+  total = warp_sum(lane < W ? sums[W + lane] : 0);
   const std::int32_t count = hist[mine], padded = round_up(count, out.block_size);
 #pragma unroll 1
   for (int p = before + count + tid; p < before + padded; p += T) out.sorted[p] = out.numel;  // my padding
 #pragma unroll 1
   for (int b = before / out.block_size + tid; b < (before + padded) / out.block_size; b += T) out.expert_ids[b] = mine;
-  run = before + warp_count[w];
+  run = before + prior;
 #pragma unroll
   for (int j = 0; j < kItems; ++j) {
-    const lane_mask_t m = ballot(key[j] == mine);
-    if (key[j] == mine) out.sorted[run + popc(m & lanes_below())] = first + j * kWarpSize + lane;
-    run += popc(m);
+    if (key[j] == mine) out.sorted[run + popc(hit[j] & lanes_below())] = first + j * kWarpSize + lane;
+    run += popc(hit[j]);
   }
   if (blockIdx.x == 0 && tid == 0) *out.post_pad = total;
   const std::int64_t thread = std::int64_t{blockIdx.x} * T + tid, threads = std::int64_t{gridDim.x} * T;

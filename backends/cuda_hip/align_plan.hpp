@@ -55,6 +55,7 @@ constexpr int kGridMaxBlocks = 512;                 // kGrid: bounds the per-exp
 // against 6.6 us with 256 experts; perf/NOTES.md step 21). Up to 2048 ids a block has at most 256 threads of
 // at most kItems ids each, which its registers hold.
 constexpr std::int64_t kOwnedMinIds = 257, kOwnedMaxIds = 2048;
+static_assert(kOwnedMaxIds <= std::int64_t{kThreads} * kItems, "kOwned: a block of <= kThreads threads holds its ids");
 // kCluster: CUDA only (HIP has no thread-block clusters); up to 8 blocks of kThreads (a portable cluster size),
 // up to kClusterMaxPer ids per thread. 16 blocks were slower than 8 at every size tried (perf/NOTES.md step 22).
 #if defined(MOE_GPU_HIP)

@@ -273,6 +273,7 @@ MOE_DEVICE int lowest_lane(std::uint64_t m) { return __ffsll(static_cast<unsigne
 MOE_DEVICE lane_mask_t ballot(bool p) { return static_cast<lane_mask_t>(__ballot(p)); }
 template <class T> MOE_DEVICE T shfl_up(T v, int delta) { return __shfl_up(v, static_cast<unsigned>(delta)); }
 template <class T> MOE_DEVICE T shfl(T v, int src) { return __shfl(v, src); }
+template <class T> MOE_DEVICE T shfl_xor(T v, int mask) { return __shfl_xor(v, mask); }
 // A wavefront runs in lockstep; what __syncwarp adds is ordering of its lanes' memory accesses, which on
 // AMD is a wavefront-scope fence (ROCm 5.2 has no __syncwarp).
 MOE_DEVICE void sync_warp() {
@@ -284,6 +285,7 @@ MOE_DEVICE void sync_warp() {
 MOE_DEVICE lane_mask_t ballot(bool p) { return __ballot_sync(0xFFFFFFFFu, p); }
 template <class T> MOE_DEVICE T shfl_up(T v, int delta) { return __shfl_up_sync(0xFFFFFFFFu, v, delta); }
 template <class T> MOE_DEVICE T shfl(T v, int src) { return __shfl_sync(0xFFFFFFFFu, v, src); }
+template <class T> MOE_DEVICE T shfl_xor(T v, int mask) { return __shfl_xor_sync(0xFFFFFFFFu, v, mask); }
 MOE_DEVICE void sync_warp() { __syncwarp(); }
 #endif
 // Barrier of the whole grid, with its memory made visible. Only in kernels started by launch_cooperative.

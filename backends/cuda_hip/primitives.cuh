@@ -35,6 +35,17 @@ MOE_DEVICE T warp_inclusive_scan(T v) {
   return v;
 }
 
+// Sum across the lanes of a warp, in every lane. Integer addition, so the order does not matter. NVIDIA
+// sm_80+: one redux instruction instead of a chain of shuffles.
+MOE_DEVICE std::int32_t warp_sum(std::int32_t v) {
+#if !defined(__HIP_PLATFORM_AMD__) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  return __reduce_add_sync(0xFFFFFFFFu, v);
+#else
+  for (int d = kWarpSize / 2; d > 0; d >>= 1) v += shfl_xor(v, d);
+  return v;
+#endif
+}
+
 // Exclusive prefix sum of data[0, n) in place (any memory the block can read and write), by the whole block;
 // returns the total to every thread. `scratch` is shared memory of warps_per_block() + 1 values. Each thread
 // owns a contiguous run of ceil(n / blockDim) values, so order is fixed and the result deterministic.
