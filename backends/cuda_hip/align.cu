@@ -110,15 +110,6 @@ void align_typed(const detail::AlignShape& s, const detail::AlignArgs& a, const 
           gpu::owned_smem_bytes(warps, s.num_experts), stream, src, p.owned_per, out);
       return;
     }
-    case gpu::AlignPath::kLatency: {
-      const int warps = p.latency_threads / gpu::device_warp_size();
-        const std::int64_t steps = (s.numel + gpu::device_warp_size() - 1) / gpu::device_warp_size();
-      with_steps<gpu::kItems>(static_cast<int>((steps + warps - 1) / warps), [&](auto per) {
-        gpu::launch<gpu::latency_kernel<decltype(per)::value, gpu::IdSource<IdT>>>(
-            "latency_kernel", 1, p.latency_threads, gpu::resident_smem_bytes(warps, s.num_experts), stream, src, out);
-      });
-      return;
-    }
     case gpu::AlignPath::kGrid:
     case gpu::AlignPath::kDirect: {
         // kGrid where its blocks fit the device at once (returns whether it launched); otherwise kDirect

@@ -18,7 +18,7 @@ struct Item {
 };
 
 // ---- sources ---------------------------------------------------------------------------------------------
-// bucket(key) = (key >> shift) & mask, `bits` wide: the whole expert (kDirect/kLatency) or one radix digit.
+// bucket(key) = (key >> shift) & mask, `bits` wide: the whole expert (every path but kRadix) or one radix digit.
 struct Digit {
   int shift, bits;
   MOE_DEVICE int operator()(std::int32_t key) const { return (key >> shift) & ((1 << bits) - 1); }
@@ -280,7 +280,7 @@ __global__ void __launch_bounds__(kThreads)
                     std::int64_t{blockIdx.x} * blockDim.x + threadIdx.x, std::int64_t{gridDim.x} * blockDim.x);
 }
 
-// ---- the block-resident paths (kLatency, kGrid) ----------------------------------------------------------
+// ---- the block-resident paths (kGrid, kCluster) ----------------------------------------------------------
 // A block ranks its ids in registers: warp w ranks `per` steps of kWarpSize consecutive ids from `first`
 // (one load per id, all in flight before the first rank). Shared memory holds one row of counters per warp
 // (stride E + 1); afterwards row w holds, per expert, the ids of that expert in warps before w (the block's
@@ -338,7 +338,7 @@ __device__ inline std::int32_t padded_starts(const std::int32_t* count, std::int
   return block_exclusive_scan(start, E, scratch);
 }
 
-// Shared memory of the block-resident kernels (kLatency, kGrid, kCluster), carved from their dynamic shared
+// Shared memory of the block-resident kernels (kGrid, kCluster), carved from their dynamic shared
 // memory: rows [W * (E + 1)], count [E] (the block's count per expert, or all blocks'), start [E], base [E],
 // scratch [W + 1].
 struct ResidentSmem {
@@ -350,28 +350,7 @@ inline std::size_t resident_smem_bytes(int warps, std::int32_t experts) {
   return sizeof(std::int32_t) * (std::size_t(warps) * (experts + 1) + 3 * std::size_t(experts) + warps + 1);
 }
 
-// kLatency: all phases in one block, no workspace. The host sizes the block from numel and the experts;
-// each warp ranks at most kMaxPer (<= kItems) steps, the smallest power of two that covers them: a body
-// unrolled for more steps than run is instruction fetches for nothing (align.cu, with_steps).
-template <int kMaxPer, class Src>
-__global__ void __launch_bounds__(kThreads) latency_kernel(Src src, AlignOut out) {
-  begin_after_prior_grid();
-  extern __shared__ std::int32_t smem[];
-  const int E = out.num_experts, W = warps_per_block();
-  const ResidentSmem sm(smem, W, E);
-  const int steps = (static_cast<int>(src.size()) + kWarpSize - 1) / kWarpSize;
-  const int per = (steps + W - 1) / W;
-  const int first = warp_id() * per * kWarpSize;
-  fill_sentinels(out, threadIdx.x, blockDim.x);  // ordered before place_block by rank_block's barriers
-  std::int32_t key[kMaxPer], rank[kMaxPer];
-  rank_block(src, first, per, sm.rows, sm.count, key, rank);
-  const std::int32_t total = padded_starts(sm.count, sm.start, E, out.block_size, sm.scratch);
-  place_block(sm.rows, sm.start, E, first, per, key, rank, out);
-  if (threadIdx.x == 0) *out.post_pad = total;
-  fill_expert_ids(ExpertLayout{sm.start, E}, total, out, threadIdx.x, blockDim.x);
-}
-
-// kGrid: the same in ONE cooperative launch of co-resident blocks, each owning blockDim * per consecutive
+// kGrid: ONE cooperative launch of co-resident blocks, each owning blockDim * per consecutive
 // ids (per == kMaxPer, instantiated for each power of two up to kGridItems); two grid-wide barriers take the
 // place of two launch boundaries, and ranks stay in registers across them. Global memory holds only each block's count per expert, table[e * gridDim + block].
 //   1. sentinels over the grid; rank_block; its counts -> table                    | grid barrier

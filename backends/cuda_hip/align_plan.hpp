@@ -18,15 +18,13 @@
 //             from their shared memory, so one cluster barrier replaces kGrid's two grid barriers and its
 //             global table. Falls back to the path the shape has without it (same workspace) where the device
 //             cannot run the cluster.
-//   kOwned    257 to 2048 ids, experts <= kDirectMaxExperts: one launch of a block per expert; every block
+//   kOwned    33 to 2048 ids, experts <= kDirectMaxExperts: one launch of a block per expert; every block
 //             reads all ids, counts all experts in shared memory and ranks and places only its own expert's
 //             ids. No block waits for another.
-//   kLatency  33 to 256 ids, experts <= kDirectMaxExperts: all phases in ONE block of one
-//             launch, ranks in registers, per-warp counts in shared memory, no workspace.
-//   kGrid     experts <= kDirectMaxExperts, up to kGridMaxBlocks blocks of kThreads x <= kGridItems ids: the
-//             kLatency kernel's scheme over co-resident blocks of ONE cooperative launch, two grid-wide
-//             barriers in place of launch boundaries. Falls back to kDirect (same workspace) on a device that
-//             cannot hold all the blocks at once.
+//   kGrid     experts <= kDirectMaxExperts, up to kGridMaxBlocks blocks of kThreads x <= kGridItems ids: ONE
+//             cooperative launch of co-resident blocks; each ranks its ids in registers with per-warp counts
+//             in shared memory; two grid-wide barriers in place of launch boundaries. Falls back to kDirect
+//             (same workspace) on a device that cannot hold all the blocks at once.
 //   kDirect   experts <= kDirectMaxExperts: three launches over the whole GPU, bucket = expert.
 //   kRadix    more experts: two stable passes (low digit, then high digit of the expert, <= 8 bits each,
 //             same kernels), the second pass writing straight into the padded layout.
@@ -53,8 +51,8 @@ constexpr int kGridTargetBlocks = 128;              // kGrid: fewer ids per thre
 constexpr int kGridMaxBlocks = 512;                 // kGrid: bounds the per-expert scan over blocks (registers)
 // kOwned: the ids it takes (at 8192 ids, reading all ids in every block cost more than the grid's barriers: 9.7
 // against 6.6 us with 256 experts; perf/NOTES.md step 21). Up to 2048 ids a block has at most 256 threads of
-// at most kItems ids each, which its registers hold.
-constexpr std::int64_t kOwnedMinIds = 257, kOwnedMaxIds = 2048;
+// at most kItems ids each, which its registers hold. Its lower end is kTiny's upper one.
+constexpr std::int64_t kOwnedMaxIds = 2048;
 static_assert(kOwnedMaxIds <= std::int64_t{kThreads} * kItems, "kOwned: a block of <= kThreads threads holds its ids");
 // kCluster: CUDA only (HIP has no thread-block clusters); up to 8 blocks of kThreads (a portable cluster size),
 // up to kClusterMaxPer ids per thread. 16 blocks were slower than 8 at every size tried (perf/NOTES.md step 22).
@@ -66,7 +64,7 @@ constexpr bool kClusterBackend = true;
 constexpr int kClusterMaxBlocks = 8, kClusterMaxPer = 4;
 constexpr std::int64_t kClusterMaxIds = std::int64_t{kClusterMaxBlocks} * kThreads * kClusterMaxPer;
 
-enum class AlignPath { kEmpty, kTiny, kCluster, kOwned, kLatency, kGrid, kDirect, kRadix };
+enum class AlignPath { kEmpty, kTiny, kCluster, kOwned, kGrid, kDirect, kRadix };
 
 inline const char* path_name(AlignPath p) {
   switch (p) {
@@ -74,7 +72,6 @@ inline const char* path_name(AlignPath p) {
     case AlignPath::kTiny: return "tiny";
     case AlignPath::kCluster: return "cluster";
     case AlignPath::kOwned: return "owned";
-    case AlignPath::kLatency: return "latency";
     case AlignPath::kGrid: return "grid";
     case AlignPath::kDirect: return "direct";
     case AlignPath::kRadix: return "radix";
@@ -86,7 +83,6 @@ struct AlignPlan {
   AlignPath path = AlignPath::kEmpty;
   AlignPath fallback = AlignPath::kEmpty;  // kCluster: the path taken where the device cannot run the cluster
   int cluster_blocks = 0, cluster_per = 0;  // kCluster: blocks (of kThreads), ids per thread
-  int latency_threads = 0;   // kLatency: block size
   int owned_threads = 0, owned_per = 0;  // kOwned: block size, ids per thread (blocks: one per expert)
   int grid_per = 0, grid_blocks = 0;  // kGrid: ids per thread, blocks
   std::size_t grid_table = 0, grid_totals = 0;  // kGrid: workspace regions (kDirect's follow, for the fallback)
@@ -121,26 +117,15 @@ inline AlignPlan make_align_plan(const detail::AlignShape& s) {
   auto segment_for = [&](std::int64_t buckets) {  // < 65536 always, so u16 ranks suffice
     return layout::segment_length(n, buckets, kMaxSegments);
   };
-  // kOwned: about kItems ids per thread, at least 128 threads; one block per expert. kLatency (one block, one
-  // SM) takes the 33-256 ids that kOwned leaves; its bound kThreads x kItems is what one block holds. Beyond
-  // 2048 ids the cooperative grid is faster than one block: at 8192 ids and 8 experts one block of 1024
-  // threads took 9.96 us, the grid 8.4 us (H200, same run, perf/NOTES.md step 12).
   if (n <= kTinyMaxIds) {
     p.path = AlignPath::kTiny;
-  } else if (n >= kOwnedMinIds && n <= kOwnedMaxIds && E <= kDirectMaxExperts) {
+  } else if (n <= kOwnedMaxIds && E <= kDirectMaxExperts) {
+    // about kItems ids per thread, at least 128 threads; one block per expert. Down to 33 ids: one block for
+    // all ids (a path of its own until then) took 1.03-1.96x its time at 64-256 ids (perf/NOTES.md step 26).
     p.path = AlignPath::kOwned;
     const std::int64_t threads = std::max<std::int64_t>(128, ((n + kItems - 1) / kItems + 31) / 32 * 32);
     p.owned_threads = static_cast<int>(threads);
     p.owned_per = static_cast<int>((n + threads - 1) / threads);
-  } else if (E <= kDirectMaxExperts && n <= std::int64_t{kThreads} * kItems) {
-    p.path = AlignPath::kLatency;
-    // as many warps as the ids need at kItems steps of 32 ids each, and as the experts need: the per-expert
-    // work (prefix over warps, expert_ids) is spread over the block, and 2 warps working for ~110 experts
-    // each took 21.7 us at 512 ids against 11.3 us at 2048 ids with 8 warps (H100, perf/NOTES.md step 11).
-    // Units of 64 threads.
-    const std::int64_t warps32 = (n + 32 * kItems - 1) / (32 * kItems);
-    const std::int64_t threads = std::max<std::int64_t>(warps32 * 32, std::min<std::int64_t>(kThreads, E));
-    p.latency_threads = static_cast<int>(std::min<std::int64_t>(kThreads, (threads + 63) / 64 * 64));
   } else if (E <= kDirectMaxExperts) {
     p.path = AlignPath::kDirect;
     int per = 1;
