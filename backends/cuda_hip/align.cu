@@ -71,8 +71,9 @@ auto with_steps(int steps, F&& f) {
 template <class IdT>
 void align_typed(const detail::AlignShape& s, const detail::AlignArgs& a, const AlignPlan& p, gpu::stream_t stream) {
   const auto* ids = static_cast<const IdT*>(a.topk_ids);
+  const int shift = (s.block_size & (s.block_size - 1)) == 0 ? gpu::bits_for(s.block_size) : -1;
   const AlignOut out{a.sorted_token_ids, a.expert_ids, a.num_tokens_post_pad, static_cast<std::int32_t>(s.numel),
-                     s.num_experts,     s.block_size, s.max_padded,          s.max_blocks};
+                     s.num_experts,     s.block_size, shift,        s.max_padded,          s.max_blocks};
   void* ws = a.workspace;
   // the caller's ids, bucket = expert (every path but kRadix, which sorts by one digit at a time)
   const gpu::IdSource<IdT> src{ids, s.numel, s.num_experts, Digit{0, gpu::bits_for(s.num_experts)}};
@@ -98,21 +99,23 @@ void align_typed(const detail::AlignShape& s, const detail::AlignArgs& a, const 
       gpu::check(gpu::memset_async(a.num_tokens_post_pad, 0, sizeof(std::int32_t), stream), "memset post_pad");
       return;
     case gpu::AlignPath::kTiny: {
-        // about 16 16-byte stores per thread for the sentinel tail
+      // about 16 16-byte stores per thread for the sentinel tail
       const unsigned grid = std::min(2048u, blocks_for(std::max(s.max_padded, s.max_blocks), gpu::kThreads * 64));
       gpu::launch<gpu::tiny_kernel<gpu::IdSource<IdT>>>("tiny_kernel", grid, gpu::kThreads, 0, stream, src, out);
       return;
     }
     case gpu::AlignPath::kOwned: {
-        const int warps = p.owned_threads / gpu::device_warp_size();
-      gpu::launch<gpu::owned_kernel<gpu::IdSource<IdT>>>(
-          "owned_kernel", static_cast<unsigned>(s.num_experts), static_cast<unsigned>(p.owned_threads),
-          gpu::owned_smem_bytes(warps, s.num_experts), stream, src, p.owned_per, out);
+      const int warps = p.owned_threads / gpu::device_warp_size();
+      with_steps<gpu::kItems>(p.owned_per, [&](auto per) {
+        gpu::launch<gpu::owned_kernel<decltype(per)::value, gpu::IdSource<IdT>>>(
+            "owned_kernel", static_cast<unsigned>(s.num_experts), static_cast<unsigned>(p.owned_threads),
+            gpu::owned_smem_bytes(warps, s.num_experts), stream, src, p.owned_per, out);
+      });
       return;
     }
     case gpu::AlignPath::kGrid:
     case gpu::AlignPath::kDirect: {
-        // kGrid where its blocks fit the device at once (returns whether it launched); otherwise kDirect
+      // kGrid where its blocks fit the device at once (returns whether it launched); otherwise kDirect
       const auto launch_grid = [&](auto per) {
         constexpr auto kernel = gpu::grid_kernel<decltype(per)::value, gpu::IdSource<IdT>>;
         if (!grid_fits(p, s.num_experts, kernel)) return false;

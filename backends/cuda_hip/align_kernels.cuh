@@ -78,8 +78,14 @@ struct AlignOut {
   std::int32_t numel;  // the sentinel
   std::int32_t num_experts;
   std::int32_t block_size;
+  std::int32_t block_shift;  // log2(block_size) where it is a power of two, else -1
   std::int64_t max_padded;
   std::int64_t max_blocks;
+  // x / block_size, and x rounded up to a multiple of it (x >= 0): a shift where block_size is a power of two.
+  // An integer division is ~20 instructions, several of them on the chain of each small call: with shifts
+  // kOwned took 0.86-0.98 of its time, kTiny 0.89-0.93 (perf/NOTES.md step 27).
+  MOE_DEVICE std::int32_t blocks(std::int32_t x) const { return block_shift >= 0 ? x >> block_shift : x / block_size; }
+  MOE_DEVICE std::int32_t padded(std::int32_t x) const { return blocks(x + block_size - 1) * block_size; }
 };
 
 using layout::round_up;
@@ -109,6 +115,12 @@ __device__ inline void fill_range(std::int32_t* dst, std::int64_t begin, std::in
   for (std::int64_t p = body + vectors * 4 + thread; p < end; p += threads) dst[p] = value;
 }
 
+// Whether fill_range(dst, begin, end, ...) has a store for `thread`: a test much cheaper than its address
+// arithmetic, for grids far larger than the range.
+MOE_DEVICE bool fills_any(std::int64_t begin, std::int64_t end, std::int64_t thread) {
+  return thread < 3 || thread * 4 < end - begin;
+}
+
 // Every position of sorted_token_ids starts as the sentinel, written before any id is placed (a barrier or a
 // launch boundary orders the two): that covers each expert's padding and the tail in 16-byte stores, with
 // no loop over experts. (A loop over the experts that have padding cost ~150 ns per expert per warp on the
@@ -121,7 +133,7 @@ __device__ inline void fill_sentinels(const AlignOut& o, std::int64_t thread, st
 // the work over whatever threads the caller has (one block or a grid).
 __device__ inline void fill_expert_ids(const ExpertLayout& lay, std::int32_t total, const AlignOut& o,
                                        std::int64_t thread, std::int64_t threads) {
-  const std::int32_t used_blocks = total / o.block_size;
+  const std::int32_t used_blocks = o.blocks(total);
 #pragma unroll 1
   for (std::int64_t b = thread; b < used_blocks; b += threads)
     o.expert_ids[b] = lay.expert_at(static_cast<std::int32_t>(b) * o.block_size);
@@ -332,8 +344,8 @@ __device__ void place_block(const std::int32_t* rows, const std::int32_t* base, 
 
 // Padded starts of the experts from their counts, in shared memory; returns the padded total.
 __device__ inline std::int32_t padded_starts(const std::int32_t* count, std::int32_t* start, int E,
-                                             std::int32_t block_size, std::int32_t* scratch) {
-  for (int e = threadIdx.x; e < E; e += blockDim.x) start[e] = round_up(count[e], block_size);
+                                             const AlignOut& out, std::int32_t* scratch) {
+  for (int e = threadIdx.x; e < E; e += blockDim.x) start[e] = out.padded(count[e]);
   __syncthreads();
   return block_exclusive_scan(start, E, scratch);
 }
@@ -397,7 +409,7 @@ __global__ void __launch_bounds__(kThreads) grid_kernel(Src src, int per, std::i
     base[e] = table[e * B + b];
   }
   __syncthreads();
-  const std::int32_t total = padded_starts(count, start, E, out.block_size, sm.scratch);
+  const std::int32_t total = padded_starts(count, start, E, out, sm.scratch);
   for (int e = threadIdx.x; e < E; e += blockDim.x) base[e] += start[e];
   __syncthreads();
   place_block(sm.rows, base, E, first, per, key, rank, out);
@@ -440,7 +452,7 @@ __global__ void __launch_bounds__(kThreads) cluster_kernel(Src src, int per, Ali
       total += c;
       before += r < b ? c : 0;
     }
-    start[e] = round_up(total, out.block_size);
+    start[e] = out.padded(total);
     base[e] = before;
   }
   cluster.barrier_arrive();  // done reading the other blocks' counts
@@ -466,16 +478,16 @@ inline std::size_t owned_smem_bytes(int warps, std::int32_t experts) {
 
 // kOwned: block e reads ALL ids and owns expert e. It counts every expert in shared memory (for its padded start
 // and the padded total) and ranks only its own expert's ids, one ballot per warp step. Warp w holds `per`
-// (<= kItems) steps of kWarpSize consecutive ids from w * per * kWarpSize in registers, so (warp, step, lane)
-// order is index order and ranks are stable. After the count and the prefix over warps, the ballots kept from
-// the count place each of its ids. The block-wide sums (the padded sizes before mine and of all, my expert's
-// ids in the warps before each warp) are warp sums, one instruction on sm_80+, not prefix scans: 0.79-0.95
-// of the time of the scans (perf/NOTES.md step 25). The block writes its expert's part of both outputs (ids, padding, expert_ids) and a
-// strip of the tails. Blocks never talk to each other: one launch, no grid barrier, no workspace, each output
-// element written once; the price is that every block reads all ids (from L2 after the first). Two or more
-// experts per block cost more than they saved (4.28 -> 4.88 -> 6.70 us for 1, 2, 4 at 256x8: perf/NOTES.md
-// step 21).
-template <class Src>
+// (<= kMaxPer, the smallest power of two that covers it: align.cu, with_steps) steps of kWarpSize consecutive
+// ids from w * per * kWarpSize in registers, so (warp, step, lane) order is index order and ranks are stable.
+// After the count and the prefix over warps, the ballots kept from the count place each of its ids. The
+// block-wide sums (the padded sizes before mine and of all, my expert's ids in the warps before each warp) are
+// warp sums, one instruction on sm_80+, not prefix scans: 0.79-0.95 of the time of the scans (perf/NOTES.md
+// step 25). The block writes its expert's part of both outputs (ids, padding, expert_ids) and a strip of the
+// tails. Blocks never talk to each other: one launch, no grid barrier, no workspace, each output element
+// written once; the price is that every block reads all ids (from L2 after the first). Two or more experts
+// per block cost more than they saved (4.28 -> 4.88 -> 6.70 us for 1, 2, 4 at 256x8: perf/NOTES.md step 21).
+template <int kMaxPer, class Src>
 __global__ void __launch_bounds__(kThreads) owned_kernel(Src src, int per, AlignOut out) {
   begin_after_prior_grid();
   extern __shared__ std::int32_t smem[];
@@ -487,17 +499,17 @@ __global__ void __launch_bounds__(kThreads) owned_kernel(Src src, int per, Align
   const int mine = static_cast<int>(blockIdx.x), first = w * per * kWarpSize;
 #pragma unroll 1
   for (int e = tid; e < E; e += T) hist[e] = 0;
-  std::int32_t key[kItems];  // -1: dropped, or past this warp's steps
+  std::int32_t key[kMaxPer];  // -1: dropped, or past this warp's steps
 #pragma unroll
-  for (int j = 0; j < kItems; ++j) {
+  for (int j = 0; j < kMaxPer; ++j) {
     const int i = first + j * kWarpSize + lane;
     key[j] = (j < per && i < n) ? src.load(i).key : -1;
   }
   __syncthreads();
-  lane_mask_t hit[kItems];  // lanes holding my expert, per step: ranks them again when placing
+  lane_mask_t hit[kMaxPer];  // lanes holding my expert, per step: ranks them again when placing
   std::int32_t run = 0;      // this warp's ids of my expert (the same in every lane)
 #pragma unroll
-  for (int j = 0; j < kItems; ++j) {
+  for (int j = 0; j < kMaxPer; ++j) {
     if (key[j] >= 0) atomicAdd(&hist[key[j]], 1);
     hit[j] = ballot(key[j] == mine);
     run += popc(hit[j]);
@@ -508,7 +520,7 @@ __global__ void __launch_bounds__(kThreads) owned_kernel(Src src, int per, Align
   std::int32_t before = 0, total = 0;
 #pragma unroll 1
   for (int e = tid; e < E; e += T) {
-    const std::int32_t padded = round_up(hist[e], out.block_size);
+    const std::int32_t padded = out.padded(hist[e]);
     total += padded;
     if (e < mine) before += padded;
   }
@@ -522,21 +534,24 @@ __global__ void __launch_bounds__(kThreads) owned_kernel(Src src, int per, Align
   __syncthreads();  // W <= kWarpSize
   before = warp_sum(lane < W ? sums[lane] : 0);
   total = warp_sum(lane < W ? sums[W + lane] : 0);
-  const std::int32_t count = hist[mine], padded = round_up(count, out.block_size);
+  const std::int32_t count = hist[mine], padded = out.padded(count);
 #pragma unroll 1
   for (int p = before + count + tid; p < before + padded; p += T) out.sorted[p] = out.numel;  // my padding
 #pragma unroll 1
-  for (int b = before / out.block_size + tid; b < (before + padded) / out.block_size; b += T) out.expert_ids[b] = mine;
+  for (int b = out.blocks(before) + tid; b < out.blocks(before + padded); b += T) out.expert_ids[b] = mine;
   run = before + prior;
 #pragma unroll
-  for (int j = 0; j < kItems; ++j) {
+  for (int j = 0; j < kMaxPer; ++j) {
     if (key[j] == mine) out.sorted[run + popc(hit[j] & lanes_below())] = first + j * kWarpSize + lane;
     run += popc(hit[j]);
   }
   if (blockIdx.x == 0 && tid == 0) *out.post_pad = total;
+  // most of the E x T threads hold no tail element: they skip fill_range's address arithmetic (0.91-0.94 of the
+  // time with >= 256 experts; the same test inside fill_range cost the cluster 1-3 %: perf/NOTES.md step 27)
   const std::int64_t thread = std::int64_t{blockIdx.x} * T + tid, threads = std::int64_t{gridDim.x} * T;
-  fill_range(out.sorted, total, out.max_padded, out.numel, thread, threads);
-  fill_range(out.expert_ids, total / out.block_size, out.max_blocks, -1, thread, threads);
+  const std::int32_t used_blocks = out.blocks(total);
+  if (fills_any(total, out.max_padded, thread)) fill_range(out.sorted, total, out.max_padded, out.numel, thread, threads);
+  if (fills_any(used_blocks, out.max_blocks, thread)) fill_range(out.expert_ids, used_blocks, out.max_blocks, -1, thread, threads);
 }
 
 // kTiny: at most 32 ids, any number of experts. Every warp holds all ids, one per lane, and derives the
@@ -551,7 +566,7 @@ __global__ void __launch_bounds__(kThreads) tiny_kernel(Src src, AlignOut out) {
   const bool valid = key >= 0;
   const lane_mask_t peers = match_bucket(valid ? key : 0, valid, src.digit.bits);
   const bool leader = valid && (peers & lanes_below()) == 0;
-  const std::int32_t padded = leader ? round_up(popc(peers), out.block_size) : 0;
+  const std::int32_t padded = leader ? out.padded(popc(peers)) : 0;
   std::int32_t start = 0, total = 0;  // start: of my expert
   for (int j = 0; j < n; ++j) {  // n <= 32: uniform
     const std::int32_t kj = shfl(key, j), pj = shfl(padded, j);
@@ -566,12 +581,12 @@ __global__ void __launch_bounds__(kThreads) tiny_kernel(Src src, AlignOut out) {
     if (warp_id() == 0) {
       if (valid) out.sorted[start + popc(peers & lanes_below())] = lane;
       if (leader)
-        for (std::int32_t q = start / out.block_size; q < (start + padded) / out.block_size; ++q) out.expert_ids[q] = key;
+        for (std::int32_t q = out.blocks(start); q < out.blocks(start + padded); ++q) out.expert_ids[q] = key;
       if (lane == 0) *out.post_pad = total;
     }
   }
   fill_range(out.sorted, total, out.max_padded, out.numel, thread, threads);
-  fill_range(out.expert_ids, total / out.block_size, out.max_blocks, -1, thread, threads);
+  fill_range(out.expert_ids, out.blocks(total), out.max_blocks, -1, thread, threads);
 }
 
 // kRadix, between the passes: per-expert unpadded and padded starts, and the padded total.
@@ -582,7 +597,7 @@ __global__ void __launch_bounds__(1024) expert_scan_kernel(const std::int32_t* e
   __shared__ std::int32_t scratch[1024 / 32 + 1];
   for (int e = threadIdx.x; e < out.num_experts; e += blockDim.x) {
     expert_start[e] = expert_count[e];
-    expert_padded_start[e] = round_up(expert_count[e], out.block_size);
+    expert_padded_start[e] = out.padded(expert_count[e]);
   }
   __syncthreads();
   block_exclusive_scan(expert_start, out.num_experts, scratch);
