@@ -11,16 +11,16 @@
 //            per bucket, padded exclusive prefix over buckets  -> where each bucket starts in the output
 //   scatter: id i goes to bucket start + segment prefix + rank[i] (no order left to keep: fully parallel)
 // Paths:
-//   kTiny     numel <= 32, any number of experts: every warp derives the whole layout from the ids alone;
-//             the grid writes the sentinel tail.
+//   kTiny     up to 8 ids, and up to 32 with more than 256 experts (any number): every warp derives the whole
+//             layout from the ids alone; the grid writes the sentinel tail.
 //   kCluster  (CUDA, sm_90+) 2049 to 8192 ids, and kOwned's shapes with the most experts (see below): the
 //             kGrid scheme in ONE thread-block cluster of up to 8 blocks: each block reads the others' counts
 //             from their shared memory, so one cluster barrier replaces kGrid's two grid barriers and its
 //             global table. Falls back to the path the shape has without it (same workspace) where the device
 //             cannot run the cluster.
-//   kOwned    33 to 2048 ids, experts <= kDirectMaxExperts: one launch of a block per expert; every block
-//             reads all ids, counts all experts in shared memory and ranks and places only its own expert's
-//             ids. No block waits for another.
+//   kOwned    the rest up to 2048 ids, experts <= kDirectMaxExperts: one launch of a block per expert; every
+//             block reads all ids, counts all experts in shared memory and ranks and places only its own
+//             expert's ids. No block waits for another.
 //   kGrid     experts <= kDirectMaxExperts, up to kGridMaxBlocks blocks of kThreads x <= kGridItems ids: ONE
 //             cooperative launch of co-resident blocks; each ranks its ids in registers with per-warp counts
 //             in shared memory; two grid-wide barriers in place of launch boundaries. Falls back to kDirect
@@ -117,11 +117,15 @@ inline AlignPlan make_align_plan(const detail::AlignShape& s) {
   auto segment_for = [&](std::int64_t buckets) {  // < 65536 always, so u16 ranks suffice
     return layout::segment_length(n, buckets, kMaxSegments);
   };
-  if (n <= kTinyMaxIds) {
+  // kTiny up to 8 ids, and up to 32 with more than 256 experts (kOwned launches a block per expert): kOwned
+  // took 0.70-0.93 of kTiny's time at 16 and 32 ids with 8-256 experts, but 1.06-1.14x at 2-8 ids with 256
+  // experts and 0.95-2.3x with 512-1024 (at 2-8 ids with <= 64 experts 0.90-0.99: left to kTiny, one rule
+  // fewer; perf/NOTES.md step 27)
+  if (n <= 8 || (n <= kTinyMaxIds && E > 256)) {
     p.path = AlignPath::kTiny;
   } else if (n <= kOwnedMaxIds && E <= kDirectMaxExperts) {
-    // about kItems ids per thread, at least 128 threads; one block per expert. Down to 33 ids: one block for
-    // all ids (a path of its own until then) took 1.03-1.96x its time at 64-256 ids (perf/NOTES.md step 26).
+    // about kItems ids per thread, at least 128 threads; one block per expert. From 33 ids, one block for all
+    // ids (a path of its own until then) took 1.03-1.96x kOwned's time (perf/NOTES.md step 26).
     p.path = AlignPath::kOwned;
     const std::int64_t threads = std::max<std::int64_t>(128, ((n + kItems - 1) / kItems + 31) / 32 * 32);
     p.owned_threads = static_cast<int>(threads);
