@@ -294,7 +294,8 @@ MOE_DEVICE void sync_grid() { cooperative_groups::this_grid().sync(); }
 // Dependent launch, device side (see "dependent launch"); no-ops for plain launches, on HIP, and below sm_90.
 // wait_prior_grid: until the kernel before this one in the stream has completed, its memory visible.
 // allow_next_grid: the kernel after this one may be scheduled once every block of this one has called it
-// (or exited); it then waits in its turn. begin_after_prior_grid: both, the first statement of most kernels.
+// (or exited); it then waits in its turn. begin_after_prior_grid: both, the first statement of most kernels
+// (kTiny allows before it waits: see there).
 // The three kernels of kDirect and kRadix (count, row_scan, scatter) only wait: with the early allow, the
 // 2M-id kDirect call took 127 us instead of 107 and kRadix gained less (H200, perf/NOTES.md step 18).
 MOE_DEVICE void wait_prior_grid() {
