@@ -32,6 +32,17 @@ TEST_CASE("golden: empty experts take no block, dropped ids land nowhere") {
   check_align(ids, 6, 2);
 }
 
+TEST_CASE("golden: a block size that is not a power of two") {
+  const std::vector<std::int32_t> ids{2, 0, 2, 2, 1, 0, 2};
+  const AlignResult r = backend_align(ids, 3, 3);
+  const std::int32_t s = 7;
+  // groups of 2, 1 and 4 ids padded to 3, 3 and 6; capacity 7 + 3*2 = 13, ceil(13 / 3) = 5 blocks
+  CHECK(r.num_tokens_post_pad == 12);
+  CHECK(r.sorted_token_ids == std::vector<std::int32_t>{1, 5, s, 4, s, s, 0, 2, 3, 6, s, s, s});
+  CHECK(r.expert_ids == std::vector<std::int32_t>{0, 1, 2, 2, -1});
+  check_align(ids, 3, 3);
+}
+
 TEST_CASE("golden: block_size 1 is a stable sort with no padding") {
   const std::vector<std::int16_t> ids{3, 1, 3, 0, 1, 3};
   const AlignResult r = backend_align(ids, 4, 1);

@@ -7,7 +7,8 @@
 using namespace moe_test;
 
 namespace {
-const std::int32_t kBlockSizes[] = {1, 16, 64, 128, 256};
+// powers of two (a GPU backend may divide by a shift there) and others (an integer division)
+const std::int32_t kBlockSizes[] = {1, 3, 16, 48, 64, 100, 128, 256};
 }
 
 TEST_CASE("random: numel x experts sweep, 5% dropped ids") {
@@ -46,7 +47,7 @@ TEST_CASE("random: sizes where a path changes blocks or ids per thread") {
 TEST_CASE("random: every block size") {
   Rng rng(2);
   for (std::int32_t bs : kBlockSizes)
-    for (std::size_t n : {1u, 100u, 5000u, 70000u})
+    for (std::size_t n : {1u, 20u, 100u, 2048u, 5000u, 70000u})
       for (std::int32_t E : {3, 256, 2000}) check_align(uniform_ids<std::int32_t>(n, E, rng, 0.01), E, bs);
 }
 
