@@ -57,9 +57,9 @@ void counting_pass(const AlignPlan& p, const Src& src, bool sentinels, int bucke
 }
 
 // f(std::integral_constant<int, P>), and its result, for the smallest power of two P >= steps (steps <= kMax, a
-// power of two): kernels that hold `steps` warp steps of ids in registers are instantiated for P steps only. One body for 16
-// steps that skips the unused ones still fetches their instructions: a 110 KB unrolled kernel was 2-3 us slower
-// per call than a 26 KB one doing the same work (H200, perf/NOTES.md step 20).
+// power of two): kernels that hold `steps` warp steps of ids in registers are instantiated for P steps only.
+// One body for 16 steps that skips the unused ones still fetches their instructions: a 110 KB unrolled kernel
+// was 2-3 us slower per call than a 26 KB one doing the same work (H200, perf/NOTES.md step 20).
 template <int kMax, class F>
 auto with_steps(int steps, F&& f) {
   if constexpr (kMax > 1) {

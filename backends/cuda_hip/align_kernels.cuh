@@ -362,9 +362,10 @@ inline std::size_t resident_smem_bytes(int warps, std::int32_t experts) {
   return sizeof(std::int32_t) * (std::size_t(warps) * (experts + 1) + 3 * std::size_t(experts) + warps + 1);
 }
 
-// kGrid: ONE cooperative launch of co-resident blocks, each owning blockDim * per consecutive
-// ids (per == kMaxPer, instantiated for each power of two up to kGridItems); two grid-wide barriers take the
-// place of two launch boundaries, and ranks stay in registers across them. Global memory holds only each block's count per expert, table[e * gridDim + block].
+// kGrid: ONE cooperative launch of co-resident blocks, each owning blockDim * per consecutive ids (per ==
+// kMaxPer, instantiated for each power of two up to kGridItems); two grid-wide barriers take the place of two
+// launch boundaries, and ranks stay in registers across them. Global memory holds only each block's count per
+// expert, table[e * gridDim + block].
 //   1. sentinels over the grid; rank_block; its counts -> table                    | grid barrier
 //   2. one warp per expert: exclusive prefix over the blocks in place, total      | grid barrier
 //   3. every block: padded starts from the totals; base = start + its block prefix; place; fill over the grid
