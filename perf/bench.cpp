@@ -1,8 +1,9 @@
 // moe_bench: times align_block_size and moe_sum on the configured backend over a catalogue of shapes, checks
 // each result against the reference first, prints a table and writes CSV.
-//   moe_bench [--suite targets|sweep|sum|large|all|none] [--align TOKENSxTOPK:EXPERTS:BLOCK]... [--csv FILE]
-//             [--quick] [--filter TEXT] [--timing device|host]
-// --align adds one uniform-random align shape (repeatable), e.g. --suite none --align 131072x8:256:64.
+//   moe_bench [--suite targets|sweep|sum|large|all|none] [--align TOKENSxTOPK:EXPERTS:BLOCK]...
+//             [--sum TOKENSxTOPKxHIDDEN:bf16|fp16|fp32]... [--csv FILE] [--quick] [--filter TEXT] [--timing device|host]
+// --align adds one uniform-random align shape (repeatable), e.g. --suite none --align 131072x8:256:64; --sum one
+// moe_sum shape, e.g. --sum 16x8x7168:bf16.
 // Each row: median us per call replayed in a graph of 16 calls rotating input sets ("graph"), median us of a
 // single call with a cold L2 ("cold"), the floor (max of an empty graph node, launched as the library launches,
 // and the bytes the call must move at the copy bandwidth measured in this run) and graph / floor.
@@ -195,8 +196,8 @@ void run_sum(Measure& m, const SumCase& c, double node_us, double bw) {
 }
 
 constexpr const char* kUsage =
-    "usage: moe_bench [--suite targets|sweep|sum|large|all|none] [--align TOKENSxTOPK:EXPERTS:BLOCK]... [--csv FILE] "
-    "[--quick] [--filter TEXT] [--timing device|host]";
+    "usage: moe_bench [--suite targets|sweep|sum|large|all|none] [--align TOKENSxTOPK:EXPERTS:BLOCK]... "
+    "[--sum TOKENSxTOPKxHIDDEN:bf16|fp16|fp32]... [--csv FILE] [--quick] [--filter TEXT] [--timing device|host]";
 
 bool parse_align(const char* text, std::vector<AlignCase>* out) {
   long long tokens = 0;
@@ -207,10 +208,22 @@ bool parse_align(const char* text, std::vector<AlignCase>* out) {
   return true;
 }
 
+bool parse_sum(const char* text, std::vector<SumCase>* out) {
+  long long tokens = 0, hidden = 0;
+  int topk = 0;
+  char dtype[8] = {};
+  if (std::sscanf(text, "%lldx%dx%lld:%7s", &tokens, &topk, &hidden, dtype) != 4) return false;
+  const std::string d = dtype;
+  if (d != "bf16" && d != "fp16" && d != "fp32") return false;
+  out->push_back({tokens, topk, hidden, d == "bf16" ? MOE_BFLOAT16 : d == "fp16" ? MOE_FLOAT16 : MOE_FLOAT32});
+  return true;
+}
+
 }  // namespace
 
 int run(int argc, char** argv) {
   std::vector<AlignCase> extra;  // --align
+  std::vector<SumCase> extra_sum;  // --sum
   std::string suite = "targets", csv = "moe_bench.csv", timing = "device";
   bool quick = false;
   for (int i = 1; i < argc; ++i) {
@@ -221,6 +234,7 @@ int run(int argc, char** argv) {
     else if (a == "--filter" && i + 1 < argc) filter = argv[++i];
     else if (a == "--timing" && i + 1 < argc) timing = argv[++i];
     else if (a == "--align" && i + 1 < argc && parse_align(argv[++i], &extra)) {
+    } else if (a == "--sum" && i + 1 < argc && parse_sum(argv[++i], &extra_sum)) {
     } else {
       std::fprintf(stderr, "%s\n", kUsage);
       return 2;
@@ -258,6 +272,7 @@ int run(int argc, char** argv) {
   if (want("sum"))
     for (const auto& c : sum_cases(quick)) run_sum(*m, c, node, bw);
   for (const auto& c : extra) run_align(*m, c, node, bw);
+  for (const auto& c : extra_sum) run_sum(*m, c, node, bw);
 
   std::printf("\nSM clock at the end: %.0f MHz\n", m->warm_up_mhz(20));
   std::printf("\n%-6s %-34s %-8s %10s %10s %10s %7s %9s %10s\n", "op", "shape", "path", "graph_us", "cold_us",
