@@ -36,15 +36,16 @@ struct Graph {
 
 TEST_CASE("graph capture: align_block_size on every path, replayed with new ids") {
   Rng rng(21);
-  // shapes of each path: tiny (<= 32 ids, also with 65536 experts), one block, cooperative grid, three
-  // launches (more ids than a cooperative grid takes), radix (many experts), and numel 0
+  // shapes of each path: tiny (<= 32 ids, also with 65536 experts), a block per expert, one cluster (CUDA), a
+  // grid of clusters (CUDA), cooperative grid, three launches (more ids than a cooperative grid takes), radix
+  // (many experts), and numel 0
   struct Shape {
     std::size_t n;
     std::int32_t E, bs;
   };
-  const Shape shapes[] = {{8, 256, 64},       {20, 65536, 16},     {1000, 256, 64},   {4096, 64, 16},
-                          {300000, 256, 64},  {2200000, 256, 64},  {100000, 4096, 128}, {5000, 65536, 16},
-                          {0, 8, 16}};
+  const Shape shapes[] = {{8, 256, 64},      {20, 65536, 16},    {1000, 256, 64},      {4096, 64, 16},
+                          {40000, 256, 64},  {300000, 256, 64},  {2200000, 256, 64},   {100000, 4096, 128},
+                          {5000, 65536, 16}, {0, 8, 16}};
   for (const Shape& shape : shapes) {
     const std::size_t n = shape.n;
     const std::int32_t E = shape.E, bs = shape.bs;

@@ -68,6 +68,12 @@ auto with_steps(int steps, F&& f) {
   return f(std::integral_constant<int, kMax>{});
 }
 
+// f(std::bool_constant<flag>), and its result.
+template <class F>
+auto with_flag(bool flag, F&& f) {
+  return flag ? f(std::true_type{}) : f(std::false_type{});
+}
+
 template <class IdT>
 void align_typed(const detail::AlignShape& s, const detail::AlignArgs& a, const AlignPlan& p, gpu::stream_t stream) {
   const auto* ids = static_cast<const IdT*>(a.topk_ids);
@@ -78,22 +84,30 @@ void align_typed(const detail::AlignShape& s, const detail::AlignArgs& a, const 
   // the caller's ids, bucket = expert (every path but kRadix, which sorts by one digit at a time)
   const gpu::IdSource<IdT> src{ids, s.numel, s.num_experts, Digit{0, gpu::bits_for(s.num_experts)}};
   gpu::AlignPath path = p.path;
-  if (path == gpu::AlignPath::kCluster) {
+  if (path == gpu::AlignPath::kCluster || path == gpu::AlignPath::kClusterGrid) {
 #if !defined(MOE_GPU_HIP)
+    const bool grid = path == gpu::AlignPath::kClusterGrid;  // several clusters: cooperative, one grid barrier
     const std::size_t smem = gpu::resident_smem_bytes(gpu::kThreads / gpu::device_warp_size(), s.num_experts);
     const bool launched = with_steps<gpu::kClusterMaxPer>(p.cluster_per, [&](auto per) {
-      constexpr auto kernel = gpu::cluster_kernel<decltype(per)::value, gpu::IdSource<IdT>>;
-      const auto blocks = static_cast<unsigned>(p.cluster_blocks);
-      if (!gpu::cluster_fits(reinterpret_cast<const void*>(kernel), blocks, gpu::kThreads, smem)) return false;
-      gpu::launch_cluster<kernel>("cluster_kernel", blocks, blocks, gpu::kThreads, smem, stream, src, p.cluster_per, out);
-      return true;
+      return with_flag(grid, [&](auto many) {
+        constexpr auto kernel = gpu::cluster_kernel<decltype(per)::value, decltype(many)::value, gpu::IdSource<IdT>>;
+        const auto blocks = static_cast<unsigned>(p.cluster_blocks);
+        const unsigned cluster = grid ? gpu::kClusterMaxBlocks : blocks;  // blocks is a multiple of it
+        const int fit = gpu::max_active_clusters(reinterpret_cast<const void*>(kernel), cluster, gpu::kThreads, smem);
+        if (std::int64_t{fit} * cluster < blocks) return false;  // all clusters resident at once, or not this path
+        gpu::launch_cluster<kernel>(grid ? "cluster_kernel (cooperative grid of clusters)" : "cluster_kernel", blocks,
+                                    cluster, gpu::kThreads, smem, stream, grid, src, p.cluster_per,
+                                    grid ? region<std::int32_t>(ws, p.grid_table) : nullptr, out);
+        return true;
+      });
     });
     if (launched) return;
 #endif
     path = p.fallback;
   }
   switch (path) {
-    case gpu::AlignPath::kCluster:  // never: replaced by its fallback above
+    case gpu::AlignPath::kCluster:  // never: replaced by their fallback above
+    case gpu::AlignPath::kClusterGrid:
       detail::throw_backend("align_block_size: cluster path without a fallback");
     case gpu::AlignPath::kEmpty:
       gpu::check(gpu::memset_async(a.num_tokens_post_pad, 0, sizeof(std::int32_t), stream), "memset post_pad");

@@ -342,14 +342,6 @@ __device__ void place_block(const std::int32_t* rows, const std::int32_t* base, 
   }
 }
 
-// Padded starts of the experts from their counts, in shared memory; returns the padded total.
-__device__ inline std::int32_t padded_starts(const std::int32_t* count, std::int32_t* start, int E,
-                                             const AlignOut& out, std::int32_t* scratch) {
-  for (int e = threadIdx.x; e < E; e += blockDim.x) start[e] = out.padded(count[e]);
-  __syncthreads();
-  return block_exclusive_scan(start, E, scratch);
-}
-
 // Shared memory of the block-resident kernels (kGrid, kCluster), carved from their dynamic shared
 // memory: rows [W * (E + 1)], count [E] (the block's count per expert, or all blocks'), start [E], base [E],
 // scratch [W + 1].
@@ -361,6 +353,39 @@ struct ResidentSmem {
 inline std::size_t resident_smem_bytes(int warps, std::int32_t experts) {
   return sizeof(std::int32_t) * (std::size_t(warps) * (experts + 1) + 3 * std::size_t(experts) + warps + 1);
 }
+
+// The last phase of the block-resident kernels, once start[e] holds expert e's padded size and base[e] the ids
+// of e that blocks before this one hold: padded starts, the block's ids placed, the padded total (block 0)
+// and expert_ids (spread over `threads`).
+template <int kMaxPer>
+__device__ void place_padded(const ResidentSmem& sm, int E, int first, int per, const std::int32_t (&key)[kMaxPer],
+                             const std::int32_t (&rank)[kMaxPer], const AlignOut& out, bool block0, std::int64_t thread,
+                             std::int64_t threads) {
+  __syncthreads();
+  const std::int32_t total = block_exclusive_scan(sm.start, E, sm.scratch);
+  for (int e = threadIdx.x; e < E; e += blockDim.x) sm.base[e] += sm.start[e];
+  __syncthreads();
+  place_block(sm.rows, sm.base, E, first, per, key, rank, out);
+  if (block0 && threadIdx.x == 0) *out.post_pad = total;
+  fill_expert_ids(ExpertLayout{sm.start, E}, total, out, thread, threads);
+}
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(MOE_GPU_HIP)
+// cluster_kernel: expert e's count in the blocks of this cluster before this one, and in all of them,
+// read from each block's shared memory (its count per expert at block_count), all loads in flight at once.
+MOE_DEVICE void cluster_counts(const cooperative_groups::cluster_group& cluster, std::int32_t* block_count, int e,
+                               std::int32_t& before, std::int32_t& total) {
+  const int R = static_cast<int>(cluster.num_blocks()), r = static_cast<int>(cluster.block_rank());
+  before = 0;
+  total = 0;
+#pragma unroll
+  for (int q = 0; q < kClusterMaxBlocks; ++q) {
+    const std::int32_t v = q < R ? *cluster.map_shared_rank(block_count + e, q) : 0;
+    total += v;
+    before += q < r ? v : 0;
+  }
+}
+#endif
 
 // kGrid: ONE cooperative launch of co-resident blocks, each owning blockDim * per consecutive ids (per ==
 // kMaxPer, instantiated for each power of two up to kGridItems); two grid-wide barriers take the place of two
@@ -376,7 +401,7 @@ __global__ void __launch_bounds__(kThreads) grid_kernel(Src src, int per, std::i
   extern __shared__ std::int32_t smem[];
   const int E = out.num_experts, W = warps_per_block(), B = gridDim.x, b = blockIdx.x;
   const ResidentSmem sm(smem, W, E);
-  std::int32_t *count = sm.count, *start = sm.start, *base = sm.base;
+  std::int32_t* count = sm.count;
   const int first = (b * W + warp_id()) * per * kWarpSize;
   const std::int64_t thread = std::int64_t{b} * blockDim.x + threadIdx.x, threads = std::int64_t{B} * blockDim.x;
   fill_sentinels(out, thread, threads);  // ordered before place_block by the grid barriers
@@ -406,67 +431,78 @@ __global__ void __launch_bounds__(kThreads) grid_kernel(Src src, int per, std::i
   }
   sync_grid();
   for (int e = threadIdx.x; e < E; e += blockDim.x) {
-    count[e] = totals[e];
-    base[e] = table[e * B + b];
+    sm.start[e] = out.padded(totals[e]);
+    sm.base[e] = table[e * B + b];
   }
-  __syncthreads();
-  const std::int32_t total = padded_starts(count, start, E, out, sm.scratch);
-  for (int e = threadIdx.x; e < E; e += blockDim.x) base[e] += start[e];
-  __syncthreads();
-  place_block(sm.rows, base, E, first, per, key, rank, out);
-  if (b == 0 && threadIdx.x == 0) *out.post_pad = total;
-  fill_expert_ids(ExpertLayout{start, E}, total, out, thread, threads);
+  place_padded(sm, E, first, per, key, rank, out, b == 0, thread, threads);
 }
 
 #if !defined(MOE_GPU_HIP)
-// kCluster (CUDA, sm_90+): kGrid's scheme in ONE thread-block cluster; block b owns blockDim * per consecutive
-// ids. The blocks' counts stay in their shared memory, where every block of the cluster can read them, so:
-//   1. sentinels over the cluster; rank_block                                       | cluster barrier
-//   2. every block, per expert: its prefix over the blocks before it and the total, read from the other
-//      blocks' shared memory; padded starts; place; expert_ids over the cluster
-// One hardware cluster barrier in place of kGrid's two grid barriers and global table. (Its release/acquire
-// orders the sentinel stores of every block before the id stores of any.) A block's counts must outlive the
-// other blocks' reads: each block arrives at a second cluster barrier after its reads and waits on it last.
-// Shared memory: ResidentSmem, its count being this block's count per expert.
-template <int kMaxPer, class Src>
-__global__ void __launch_bounds__(kThreads) cluster_kernel(Src src, int per, AlignOut out) {
+// kCluster and kClusterGrid (CUDA, sm_90+): kGrid's scheme with its blocks in thread-block clusters of R (<= 8)
+// consecutive blocks; block b owns blockDim * per consecutive ids. Each block's counts stay in its shared
+// memory, where every block of its cluster can read them, so:
+//   1. sentinels over the grid; rank_block                                             | cluster barrier
+//   2. per expert: the counts of the cluster's blocks before this one, and of all of them
+//   ONE cluster (kCluster, a plain launch): that is all; one hardware cluster barrier in place of kGrid's two
+//      grid barriers and global table (its release/acquire orders every block's sentinel stores before the
+//      id stores of any).
+//   SEVERAL (kClusterGrid, a cooperative launch of C clusters): block rank 0 writes its cluster's total per
+//      expert to table[e * C + cluster]                                                 | grid barrier
+//      every block adds the totals of the clusters before its own, read from that small table: only one
+//      count per expert and cluster crosses the grid, and one grid barrier replaces kGrid's two (and kGrid's
+//      per-expert scan between them)
+//   3. padded starts; place; expert_ids over the grid
+// A block's counts must outlive the other blocks' reads: each block arrives at a second cluster barrier after
+// its reads and waits on it last. Blocks past the ids (a grid of whole clusters) rank nothing. Shared memory:
+// ResidentSmem, its count being this block's count per expert. kMany: several clusters, an instance of its
+// own (the one kernel for both took 1.03-1.05x the time of two: perf/NOTES.md step 30).
+template <int kMaxPer, bool kMany, class Src>
+__global__ void __launch_bounds__(kThreads) cluster_kernel(Src src, int per, std::int32_t* table, AlignOut out) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   namespace cg = cooperative_groups;
   begin_after_prior_grid();
   extern __shared__ std::int32_t smem[];
   const cg::cluster_group cluster = cg::this_cluster();
-  const int E = out.num_experts, W = warps_per_block();
-  const int B = static_cast<int>(cluster.num_blocks()), b = static_cast<int>(cluster.block_rank());
+  const int E = out.num_experts, W = warps_per_block(), B = gridDim.x, b = blockIdx.x;
+  const int R = static_cast<int>(cluster.num_blocks()), r = static_cast<int>(cluster.block_rank());
+  const int C = B / R, c = b / R;  // 1-D clusters are runs of R consecutive blocks
   const ResidentSmem sm(smem, W, E);
-  std::int32_t *block_count = sm.count, *start = sm.start, *base = sm.base;  // block_count: read by the others
+  std::int32_t* block_count = sm.count;  // read by the others
   const int first = (b * W + warp_id()) * per * kWarpSize;
   const std::int64_t thread = std::int64_t{b} * blockDim.x + threadIdx.x, threads = std::int64_t{B} * blockDim.x;
-  fill_sentinels(out, thread, threads);  // ordered before place_block by the cluster barrier
+  fill_sentinels(out, thread, threads);  // ordered before place_block by the cluster or grid barrier
   std::int32_t key[kMaxPer], rank[kMaxPer];
   rank_block(src, first, per, sm.rows, block_count, key, rank);
   cluster.sync();
   for (int e = threadIdx.x; e < E; e += blockDim.x) {
-    std::int32_t before = 0, total = 0;
-#pragma unroll
-    for (int r = 0; r < kClusterMaxBlocks; ++r) {  // all remote loads in flight at once
-      const std::int32_t c = r < B ? *cluster.map_shared_rank(block_count + e, r) : 0;
-      total += c;
-      before += r < b ? c : 0;
-    }
-    start[e] = out.padded(total);
-    base[e] = before;
+    std::int32_t before, total;
+    cluster_counts(cluster, block_count, e, before, total);
+    sm.base[e] = before;
+    if constexpr (!kMany) sm.start[e] = out.padded(total);
+    else if (r == 0) table[e * C + c] = total;
   }
   cluster.barrier_arrive();  // done reading the other blocks' counts
-  __syncthreads();
-  const std::int32_t total = block_exclusive_scan(start, E, sm.scratch);
-  for (int e = threadIdx.x; e < E; e += blockDim.x) base[e] += start[e];
-  __syncthreads();
-  place_block(sm.rows, base, E, first, per, key, rank, out);
-  if (b == 0 && threadIdx.x == 0) *out.post_pad = total;
-  fill_expert_ids(ExpertLayout{start, E}, total, out, thread, threads);
+  if constexpr (kMany) {
+    sync_grid();
+    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+      const std::int32_t* col = table + e * C;
+      constexpr int kMaxClusters = kClusterGridMaxBlocks / kClusterMaxBlocks;
+      std::int32_t v[kMaxClusters], before = 0, total = 0;
+#pragma unroll
+      for (int q = 0; q < kMaxClusters; ++q) v[q] = q < C ? col[q] : 0;  // all loads in flight at once
+#pragma unroll
+      for (int q = 0; q < kMaxClusters; ++q) {
+        total += v[q];
+        before += q < c ? v[q] : 0;
+      }
+      sm.base[e] += before;
+      sm.start[e] = out.padded(total);
+    }
+  }
+  place_padded(sm, E, first, per, key, rank, out, b == 0, thread, threads);
   cluster.barrier_wait();  // no block leaves while another may still read its counts
 #else
-  (void)src, (void)per, (void)out;
+  (void)src, (void)per, (void)table, (void)out;
   __trap();  // never launched: the host takes this path only for kernels built for sm_90+ (align.cu)
 #endif
 }

@@ -13,11 +13,15 @@
 // Paths:
 //   kTiny     up to 8 ids, and up to 32 with more than 256 experts (any number): every warp derives the whole
 //             layout from the ids alone; the grid writes the sentinel tail.
-//   kCluster  (CUDA, sm_90+) 2049 to 8192 ids, and kOwned's shapes with the most experts (see below): the
-//             kGrid scheme in ONE thread-block cluster of up to 8 blocks: each block reads the others' counts
-//             from their shared memory, so one cluster barrier replaces kGrid's two grid barriers and its
-//             global table. Falls back to the path the shape has without it (same workspace) where the device
-//             cannot run the cluster.
+//   kCluster  (CUDA, sm_90+) 2049 to 8192 ids, experts <= kDirectMaxExperts: the kGrid scheme in ONE
+//             thread-block cluster of up to 8 blocks: each block reads the others' counts from their shared
+//             memory, so one cluster barrier replaces kGrid's two grid barriers and its global table. Falls back
+//             to kGrid (same workspace) where the device cannot run the cluster.
+//   kClusterGrid  (CUDA, sm_90+) 8193 to 65536 ids, experts <= kDirectMaxExperts: kGrid's scheme with its blocks
+//             in clusters of 8 (at most 8 clusters), one cooperative launch: the blocks of a cluster add their
+//             counts through each other's shared memory, so only one count per expert and cluster crosses the
+//             grid, and ONE grid barrier replaces kGrid's two. Falls back to kGrid (same workspace) where the
+//             device cannot hold all the clusters at once.
 //   kOwned    the rest up to 2048 ids, experts <= kDirectMaxExperts: one launch of a block per expert; every
 //             block reads all ids, counts all experts in shared memory and ranks and places only its own
 //             expert's ids. No block waits for another.
@@ -64,13 +68,22 @@ constexpr bool kClusterBackend = true;
 constexpr int kClusterMaxBlocks = 8, kClusterMaxPer = 4;
 constexpr std::int64_t kClusterMaxIds = std::int64_t{kClusterMaxBlocks} * kThreads * kClusterMaxPer;
 
-enum class AlignPath { kEmpty, kTiny, kCluster, kOwned, kGrid, kDirect, kRadix };
+// kClusterGrid: up to kClusterGridMaxBlocks blocks (8 clusters of kClusterMaxBlocks), up to kClusterMaxPer ids
+// per thread. At 32768 ids, 16 clusters of 8 with 1 id per thread took 1.05-1.9x the time of 8 clusters with 2
+// (the more, the more experts), with the default and the "spread" scheduling policy alike; 8 clusters of 16 (a
+// non-portable size) 1.1-1.55x. At 131072 ids (8 per thread) kGrid's 128 blocks were faster (perf/NOTES.md
+// step 30).
+constexpr int kClusterGridMaxBlocks = 64;
+constexpr std::int64_t kClusterGridMaxIds = std::int64_t{kClusterGridMaxBlocks} * kThreads * kClusterMaxPer;
+
+enum class AlignPath { kEmpty, kTiny, kCluster, kClusterGrid, kOwned, kGrid, kDirect, kRadix };
 
 inline const char* path_name(AlignPath p) {
   switch (p) {
     case AlignPath::kEmpty: return "empty";
     case AlignPath::kTiny: return "tiny";
     case AlignPath::kCluster: return "cluster";
+    case AlignPath::kClusterGrid: return "clustergrid";
     case AlignPath::kOwned: return "owned";
     case AlignPath::kGrid: return "grid";
     case AlignPath::kDirect: return "direct";
@@ -81,8 +94,8 @@ inline const char* path_name(AlignPath p) {
 
 struct AlignPlan {
   AlignPath path = AlignPath::kEmpty;
-  AlignPath fallback = AlignPath::kEmpty;  // kCluster: the path taken where the device cannot run the cluster
-  int cluster_blocks = 0, cluster_per = 0;  // kCluster: blocks (of kThreads), ids per thread
+  AlignPath fallback = AlignPath::kEmpty;  // kCluster(Grid): the path taken where the device cannot run it
+  int cluster_blocks = 0, cluster_per = 0;  // kCluster(Grid): blocks (of kThreads), ids per thread
   int owned_threads = 0, owned_per = 0;  // kOwned: block size, ids per thread (blocks: one per expert)
   int grid_per = 0, grid_blocks = 0;  // kGrid: ids per thread, blocks
   std::size_t grid_table = 0, grid_totals = 0;  // kGrid: workspace regions (kDirect's follow, for the fallback)
@@ -167,22 +180,26 @@ inline AlignPlan make_align_plan(const detail::AlignShape& s) {
     p.rank = take(n, sizeof(std::uint16_t));
   }
   p.bytes = cursor;
-  // kCluster where it is faster (H200, perf/NOTES.md steps 22 and 24): above kOwned's ids, up to 8192 (kGrid's
-  // two grid barriers cost more than 8 blocks' longer rank chains: 0.68-0.85 of its time), and in kOwned's range
-  // where its E blocks pay most for each reading all n ids (E x n > 2^20: 2048 ids, 1024 experts ~8.1 -> 7.1 us).
-  // Elsewhere below 2048 ids a cluster launch costs more than it saves (one block as a cluster: 128 ids, 256
-  // experts 3.5 -> 4.3 us; kOwned at 2048 ids and 8 / 512 experts ~2.5 / ~4.3 us, the cluster 3.3 / 5.3).
-  // Steps 25-27 made kOwned faster since; whether the cluster still pays for E x n > 2^20 is to be measured
-  // again (perf/NOTES.md, "What would close the remaining gaps").
-  const bool owned_costly = p.path == AlignPath::kOwned && std::int64_t{E} * n > (std::int64_t{1} << 20);
-  const bool grid_short = n > kOwnedMaxIds && n <= kClusterMaxIds && E <= kDirectMaxExperts;
-  if (kClusterBackend && (owned_costly || grid_short)) {
-    int per = 1;  // fewest ids per thread that fit the blocks: shorter rank chains
-    while (n > std::int64_t{kClusterMaxBlocks} * kThreads * per) per *= 2;
+  // kCluster above kOwned's ids, up to 8192 (kGrid's two grid barriers cost more than 8 blocks' longer rank
+  // chains: 0.68-0.85 of its time, H200, perf/NOTES.md steps 22 and 24). Not in kOwned's range: there kOwned
+  // took 0.80-0.84 of its time even with 1024 experts, where every one of kOwned's blocks reads all ids (160-2048
+  // ids, step 29).
+  // kClusterGrid where kGrid's two barriers cost more than one cluster barrier and one grid barrier (8192 to
+  // 65536 ids: 0.84-0.95 of kGrid's time, perf/NOTES.md step 30); kGrid's table region holds its smaller one.
+  // Both take the fewest ids per thread that fit their blocks: shorter rank chains.
+  auto to_clusters = [&](AlignPath path, int max_blocks, bool whole_clusters) {
+    int per = 1;
+    while (n > std::int64_t{max_blocks} * kThreads * per) per *= 2;
+    std::int64_t blocks = (n + std::int64_t{kThreads} * per - 1) / (std::int64_t{kThreads} * per);
+    if (whole_clusters) blocks = (blocks + kClusterMaxBlocks - 1) / kClusterMaxBlocks * kClusterMaxBlocks;  // some idle
     p.fallback = p.path;
-    p.path = AlignPath::kCluster;
+    p.path = path;
     p.cluster_per = per;
-    p.cluster_blocks = static_cast<int>((n + std::int64_t{kThreads} * per - 1) / (std::int64_t{kThreads} * per));
+    p.cluster_blocks = static_cast<int>(blocks);
+  };
+  if (kClusterBackend && n > kOwnedMaxIds && E <= kDirectMaxExperts) {
+    if (n <= kClusterMaxIds) to_clusters(AlignPath::kCluster, kClusterMaxBlocks, false);
+    else if (n <= kClusterGridMaxIds) to_clusters(AlignPath::kClusterGrid, kClusterGridMaxBlocks, true);
   }
   return p;
 }

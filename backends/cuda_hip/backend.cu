@@ -55,29 +55,29 @@ bool launch_overlap_enabled(const void* kernel) {
 }
 
 #if !defined(MOE_GPU_HIP)
-bool cluster_fits(const void* kernel, unsigned cluster, unsigned block, std::size_t smem) {
+int max_active_clusters(const void* kernel, unsigned cluster, unsigned block, std::size_t smem) {
   // the answer is fixed per device, kernel and configuration: asked of the driver once, not on every call
   static std::mutex mutex;
-  static std::map<std::tuple<int, const void*, unsigned, unsigned, std::size_t>, bool> known;
+  static std::map<std::tuple<int, const void*, unsigned, unsigned, std::size_t>, int> known;
   int dev = 0, major = 0, ptx = 0, clusters = 0;
   if (current_device(&dev) != kSuccess) {
     (void)get_last_error();
-    return false;
+    return 0;
   }
   const std::lock_guard<std::mutex> lock(mutex);
   const auto key = std::make_tuple(dev, kernel, cluster, block, smem);
   const auto hit = known.find(key);
   if (hit != known.end()) return hit->second;
-  bool fits = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == kSuccess && major >= 9 &&
-              ptx_version(&ptx, kernel) == kSuccess && ptx >= 90;
-  if (fits) {
+  const bool able = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == kSuccess && major >= 9 &&
+                    ptx_version(&ptx, kernel) == kSuccess && ptx >= 90;
+  if (able) {
     cudaLaunchAttribute attr[3];
     const cudaLaunchConfig_t cfg = launch_config(cluster, block, smem, nullptr, attr, false, cluster, false);
-    fits = cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) == kSuccess && clusters >= 1;
+    if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) != kSuccess) clusters = 0;
   }
   (void)get_last_error();  // a refused query is an answer here, not an error of a later call
-  known.emplace(key, fits);
-  return fits;
+  known.emplace(key, clusters);
+  return clusters;
 }
 #endif
 

@@ -157,9 +157,9 @@ inline error_t launch_ex(const void* kernel, unsigned grid, unsigned block, void
   const cudaLaunchConfig_t cfg = launch_config(grid, block, smem, s, attr, cooperative, cluster, overlap);
   return cudaLaunchKernelExC(&cfg, kernel, args);
 }
-// Whether ONE cluster of `cluster` (<= 8) blocks can run on this device: sm_90+, a kernel built for it (PTX >=
-// 9.0, else its body is a trap), and room in one GPC.
-bool cluster_fits(const void* kernel, unsigned cluster, unsigned block, std::size_t smem);
+// How many clusters of `cluster` (<= 8) blocks of this kernel the device holds at once; 0 where it runs none:
+// before sm_90, or for a kernel not built for it (PTX < 9.0: its body is a trap).
+int max_active_clusters(const void* kernel, unsigned cluster, unsigned block, std::size_t smem);
 inline error_t ptx_version(int* v, const void* kernel) {
   cudaFuncAttributes a{};
   const error_t e = cudaFuncGetAttributes(&a, kernel);
@@ -234,12 +234,15 @@ void launch_cooperative(const char* what, unsigned grid, unsigned block, std::si
   check(launch_with(Kernel, grid, block, smem, s, true, 0, overlap && small, args...), what);
 }
 #if !defined(MOE_GPU_HIP)
-// One grid of thread-block clusters of `cluster` blocks (check cluster_fits first).
+// One grid of thread-block clusters of `cluster` blocks (check max_active_clusters first); cooperative: all
+// of them resident at once (for sync_grid), with the overlap bound of launch_cooperative.
 template <auto Kernel, class... Args>
 void launch_cluster(const char* what, unsigned grid, unsigned cluster, unsigned block, std::size_t smem, stream_t s,
-                    Args... args) {
+                    bool cooperative, Args... args) {
   static const bool overlap = launch_overlap_enabled(reinterpret_cast<const void*>(Kernel));
-  check(launch_with(Kernel, grid, block, smem, s, false, cluster, overlap, args...), what);
+  const bool small = grid <= static_cast<unsigned>(device_sm_count());
+  check(launch_with(Kernel, grid, block, smem, s, cooperative, cluster, overlap && (small || !cooperative), args...),
+        what);
 }
 #endif
 #endif
