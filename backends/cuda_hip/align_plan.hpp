@@ -71,8 +71,8 @@ constexpr std::int64_t kClusterMaxIds = std::int64_t{kClusterMaxBlocks} * kThrea
 // kClusterGrid: up to kClusterGridMaxBlocks blocks (8 clusters of kClusterMaxBlocks), up to kClusterMaxPer ids
 // per thread. At 32768 ids, 16 clusters of 8 with 1 id per thread took 1.05-1.9x the time of 8 clusters with 2
 // (the more, the more experts), with the default and the "spread" scheduling policy alike; 8 clusters of 16 (a
-// non-portable size) 1.1-1.55x. At 131072 ids (8 per thread) kGrid's 128 blocks were faster (perf/NOTES.md
-// step 30).
+// non-portable size) up to 1.55x, 4 clusters up to 1.14x. At 131072 ids (8 per thread) kGrid's 128 blocks were
+// faster (perf/NOTES.md step 30).
 constexpr int kClusterGridMaxBlocks = 64;
 constexpr std::int64_t kClusterGridMaxIds = std::int64_t{kClusterGridMaxBlocks} * kThreads * kClusterMaxPer;
 
