@@ -188,7 +188,7 @@ int device_sm_count();
 // On sm_90+ with CUDA, every kernel of this backend is launched with programmatic stream serialisation: it may
 // be scheduled while the kernel before it in the stream is still running, and (nearly) its first statement,
 // begin_after_prior_grid(), waits until that kernel has completed and its memory is visible. No global memory
-// is read or written before that wait (only a block's own shared memory: kOwned clears it first), so stream
+// is read or written before that wait (at most a block's own shared memory: kOwned clears it first), so stream
 // order holds exactly as for a plain launch; what overlaps is the launch latency and block scheduling. A kernel compiled for an older PTX target (a JIT-run binary without
 // sm_90 code) lacks the wait, so the attribute is only set where the kernel's PTX version is >= 9.0.
 // HIP has no such launch: plain launches there.
@@ -298,7 +298,8 @@ MOE_DEVICE void sync_grid() { cooperative_groups::this_grid().sync(); }
 // wait_prior_grid: until the kernel before this one in the stream has completed, its memory visible.
 // allow_next_grid: the kernel after this one may be scheduled once every block of this one has called it
 // (or exited); it then waits in its turn. begin_after_prior_grid: both, the first statement of most kernels
-// (kTiny allows before it waits, kOwned clears its shared memory first: see there).
+// (kTiny allows before it waits; kOwned clears its shared memory and moe_sum does its index arithmetic first:
+// see there).
 // The three kernels of kDirect and kRadix (count, row_scan, scatter) only wait: with the early allow, the
 // 2M-id kDirect call took 127 us instead of 107 and kRadix gained less (H200, perf/NOTES.md step 18).
 MOE_DEVICE void wait_prior_grid() {

@@ -24,12 +24,15 @@ __device__ __forceinline__ float add(float a, float b) { return __fadd_rn(a, b);
 // grid.x = num_tokens * chunks; each block covers kSumThreads * kVecs vectors of one token's row; each thread
 // kVecs vectors kSumThreads apart. kInFlight: input vectors loaded together (topk up to it in one round,
 // more in rounds). Small topk gets small kInFlight (fewer registers, more threads resident) and kVecs 2 (loads
-// in flight per thread): what a memory-bound kernel needs.
-template <class Traits, int kInFlight, int kVecs>
+// in flight per thread): what a memory-bound kernel needs. kTopk > 0: topk known at compile time (2, 4, 8): no
+// k loop, no per-k tests, a smaller kernel. A one-token call is little more than fetching the kernel's code
+// (ncu: instruction-fetch stalls): it took 0.79-0.91 of the general instance's time, 1x8x4096 bf16 1.37 ->
+// 1.09 us; >= 4096 tokens 0.99-1.00 (perf/NOTES.md step 36).
+template <class Traits, int kInFlight, int kVecs, int kTopk>
 __global__ void __launch_bounds__(kSumThreads) sum_vec_kernel(const Vec<Traits>* __restrict__ in, Vec<Traits>* __restrict__ out,
-                                                             std::int32_t topk, std::int32_t vecs_per_row,
+                                                             std::int32_t topk_arg, std::int32_t vecs_per_row,
                                                              std::int32_t chunks) {
-  gpu::begin_after_prior_grid();
+  const std::int32_t topk = kTopk > 0 ? kTopk : topk_arg;
   constexpr int C = Vec<Traits>::kCount;
   const std::int64_t token = blockIdx.x / static_cast<unsigned>(chunks);  // 32-bit division: grid < 2^31
   const int v0 = static_cast<int>(blockIdx.x % static_cast<unsigned>(chunks)) * kSumThreads * kVecs + threadIdx.x;
@@ -39,6 +42,7 @@ __global__ void __launch_bounds__(kSumThreads) sum_vec_kernel(const Vec<Traits>*
   for (int u = 0; u < kVecs; ++u)
 #pragma unroll
     for (int c = 0; c < C; ++c) acc[u][c] = 0.0f;
+  gpu::begin_after_prior_grid();  // the index arithmetic above overlaps the end of the call before
   for (int k0 = 0; k0 < topk; k0 += kInFlight) {
     Vec<Traits> x[kVecs][kInFlight];
 #pragma unroll
@@ -82,10 +86,10 @@ __global__ void __launch_bounds__(kSumThreads) sum_scalar_kernel(const typename 
   out[token * hidden + h] = Traits::store(acc);
 }
 
-template <class Traits, int kInFlight, int kVecsPerThread>
+template <class Traits, int kInFlight, int kVecsPerThread, int kTopk = 0>
 struct VecKernel {  // a sum_vec_kernel instance and its geometry, as one type
   static constexpr int kVecs = kVecsPerThread;
-  static constexpr auto kKernel = sum_vec_kernel<Traits, kInFlight, kVecsPerThread>;
+  static constexpr auto kKernel = sum_vec_kernel<Traits, kInFlight, kVecsPerThread, kTopk>;
 };
 
 template <class Traits>
@@ -102,9 +106,15 @@ void sum_typed(const detail::SumShape& s, const void* input, void* output, gpu::
                                              stream, static_cast<const Vec<Traits>*>(input),
                                              static_cast<Vec<Traits>*>(output), s.topk, vecs, chunks);
     };
-    if (s.topk <= 2) launch(VecKernel<Traits, 2, 2>{});
-    else if (s.topk <= 4) launch(VecKernel<Traits, 4, 1>{});
-    else launch(VecKernel<Traits, 8, 1>{});
+    switch (s.topk) {  // the counts routers use have an instance each (kTopk)
+      case 2: launch(VecKernel<Traits, 2, 2, 2>{}); break;
+      case 4: launch(VecKernel<Traits, 4, 1, 4>{}); break;
+      case 8: launch(VecKernel<Traits, 8, 1, 8>{}); break;
+      default:
+        if (s.topk < 2) launch(VecKernel<Traits, 2, 2>{});
+        else if (s.topk < 4) launch(VecKernel<Traits, 4, 1>{});
+        else launch(VecKernel<Traits, 8, 1>{});
+    }
   } else {
     const std::int64_t chunks = (s.hidden + kSumThreads - 1) / kSumThreads;
     gpu::launch<sum_scalar_kernel<Traits>>("moe_sum kernel", static_cast<unsigned>(s.num_tokens * chunks), kSumThreads, 0,
