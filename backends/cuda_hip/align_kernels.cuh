@@ -450,7 +450,8 @@ __global__ void __launch_bounds__(kThreads) grid_kernel(Src src, int per, std::i
 //      expert to table[e * C + cluster]                                                 | grid barrier
 //      every block adds the totals of the clusters before its own, read from that small table: only one
 //      count per expert and cluster crosses the grid, and one grid barrier replaces kGrid's two (and kGrid's
-//      per-expert scan between them)
+//      per-expert scan between them). (No barrier at all, every cluster counting all ids again instead, cost
+//      as much as it saved: perf/NOTES.md step 35.)
 //   3. padded starts; place; expert_ids over the grid
 // A block's counts must outlive the other blocks' reads: each block arrives at a second cluster barrier after
 // its reads and waits on it last. Blocks past the ids (a grid of whole clusters) rank nothing. Shared memory:
