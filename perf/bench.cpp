@@ -215,6 +215,10 @@ bool parse_sum(const char* text, std::vector<SumCase>* out) {
   if (std::sscanf(text, "%lldx%dx%lld:%7s", &tokens, &topk, &hidden, dtype) != 4) return false;
   const std::string d = dtype;
   if (d != "bf16" && d != "fp16" && d != "fp32") return false;
+  if (tokens < 1 || topk < 1 || hidden < 1) {  // the benchmark sizes its buffers from them before any call
+    std::fprintf(stderr, "moe_bench: --sum %s: tokens, topk and hidden must be >= 1\n", text);
+    return false;
+  }
   out->push_back({tokens, topk, hidden, d == "bf16" ? MOE_BFLOAT16 : d == "fp16" ? MOE_FLOAT16 : MOE_FLOAT32});
   return true;
 }
