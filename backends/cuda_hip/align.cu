@@ -31,8 +31,7 @@ unsigned blocks_for(std::int64_t work, std::int64_t per_block) {
 
 // kGrid needs all its blocks resident at once (cooperative launch); otherwise the caller takes kDirect.
 template <class Kernel>
-bool grid_fits(const AlignPlan& p, std::int32_t experts, Kernel kernel) {
-  const std::size_t smem = gpu::resident_smem_bytes(gpu::kThreads / gpu::device_warp_size(), experts);
+bool grid_fits(const AlignPlan& p, std::size_t smem, Kernel kernel) {
   int per_sm = 0;
   gpu::check(gpu::max_active_blocks(&per_sm, kernel, gpu::kThreads, smem), "occupancy query");
   return std::int64_t{per_sm} * gpu::device_sm_count() >= p.grid_blocks;
@@ -83,11 +82,15 @@ void align_typed(const detail::AlignShape& s, const detail::AlignArgs& a, const 
   void* ws = a.workspace;
   // the caller's ids, bucket = expert (every path but kRadix, which sorts by one digit at a time)
   const gpu::IdSource<IdT> src{ids, s.numel, s.num_experts, Digit{0, gpu::bits_for(s.num_experts)}};
+  // shared memory of the block-resident kernels (kCluster, kClusterGrid, kGrid); asked only on their paths
+  const auto resident_smem = [&] {
+    return gpu::resident_smem_bytes(gpu::kThreads / gpu::device_warp_size(), s.num_experts);
+  };
   gpu::AlignPath path = p.path;
   if (path == gpu::AlignPath::kCluster || path == gpu::AlignPath::kClusterGrid) {
 #if !defined(MOE_GPU_HIP)
     const bool grid = path == gpu::AlignPath::kClusterGrid;  // several clusters: cooperative, one grid barrier
-    const std::size_t smem = gpu::resident_smem_bytes(gpu::kThreads / gpu::device_warp_size(), s.num_experts);
+    const std::size_t smem = resident_smem();
     const bool launched = with_steps<gpu::kClusterMaxPer>(p.cluster_per, [&](auto per) {
       return with_flag(grid, [&](auto many) {
         constexpr auto kernel = gpu::cluster_kernel<decltype(per)::value, decltype(many)::value, gpu::IdSource<IdT>>;
@@ -132,8 +135,8 @@ void align_typed(const detail::AlignShape& s, const detail::AlignArgs& a, const 
       // kGrid where its blocks fit the device at once (returns whether it launched); otherwise kDirect
       const auto launch_grid = [&](auto per) {
         constexpr auto kernel = gpu::grid_kernel<decltype(per)::value, gpu::IdSource<IdT>>;
-        if (!grid_fits(p, s.num_experts, kernel)) return false;
-        const std::size_t smem = gpu::resident_smem_bytes(gpu::kThreads / gpu::device_warp_size(), s.num_experts);
+        const std::size_t smem = resident_smem();
+        if (!grid_fits(p, smem, kernel)) return false;
         gpu::launch_cooperative<kernel>("grid_kernel (cooperative launch)", static_cast<unsigned>(p.grid_blocks),
                                         gpu::kThreads, smem, stream, src, p.grid_per,
                                         region<std::int32_t>(ws, p.grid_table), region<std::int32_t>(ws, p.grid_totals), out);

@@ -184,7 +184,7 @@ inline AlignPlan make_align_plan(const detail::AlignShape& s) {
   // chains: 0.68-0.85 of its time, H200, perf/NOTES.md steps 22 and 24). Not in kOwned's range: there kOwned
   // took 0.80-0.84 of its time even with 1024 experts, where every one of kOwned's blocks reads all ids (160-2048
   // ids, step 29).
-  // kClusterGrid where kGrid's two barriers cost more than one cluster barrier and one grid barrier (8192 to
+  // kClusterGrid where kGrid's two barriers cost more than one cluster barrier and one grid barrier (8193 to
   // 65536 ids: 0.84-0.95 of kGrid's time, perf/NOTES.md step 30); kGrid's table region holds its smaller one.
   // Both take the fewest ids per thread that fit their blocks: shorter rank chains.
   auto to_clusters = [&](AlignPath path, int max_blocks, bool whole_clusters) {

@@ -189,8 +189,9 @@ int device_sm_count();
 // be scheduled while the kernel before it in the stream is still running, and (nearly) its first statement,
 // begin_after_prior_grid(), waits until that kernel has completed and its memory is visible. No global memory
 // is read or written before that wait (at most a block's own shared memory: kOwned clears it first), so stream
-// order holds exactly as for a plain launch; what overlaps is the launch latency and block scheduling. A kernel compiled for an older PTX target (a JIT-run binary without
-// sm_90 code) lacks the wait, so the attribute is only set where the kernel's PTX version is >= 9.0.
+// order holds exactly as for a plain launch; what overlaps is the launch latency and block scheduling. A
+// kernel compiled for an older PTX target (a JIT-run binary without sm_90 code) lacks the wait, so the
+// attribute is only set where the kernel's PTX version is >= 9.0.
 // HIP has no such launch: plain launches there.
 bool launch_overlap_enabled(const void* kernel);  // cached per kernel
 
@@ -225,26 +226,21 @@ void launch(const char* what, unsigned grid, unsigned block, std::size_t smem, s
   static const bool overlap = launch_overlap_enabled(reinterpret_cast<const void*>(Kernel));
   check(launch_with(Kernel, grid, block, smem, s, false, 0, overlap, args...), what);
 }
-// Cooperative grids overlap only up to one block per multiprocessor: grids of 216-320 blocks ran 3-25 % slower
-// with the attribute, 128 gained; 136 and 192 gained too, which this bound gives up (H200, NOTES step 18).
-template <auto Kernel, class... Args>
-void launch_cooperative(const char* what, unsigned grid, unsigned block, std::size_t smem, stream_t s, Args... args) {
-  static const bool overlap = launch_overlap_enabled(reinterpret_cast<const void*>(Kernel));
-  const bool small = grid <= static_cast<unsigned>(device_sm_count());
-  check(launch_with(Kernel, grid, block, smem, s, true, 0, overlap && small, args...), what);
-}
-#if !defined(MOE_GPU_HIP)
-// One grid of thread-block clusters of `cluster` blocks (check max_active_clusters first); cooperative: all
-// of them resident at once (for sync_grid), with the overlap bound of launch_cooperative.
+// A grid in thread-block clusters of `cluster` blocks (> 0; CUDA only: check max_active_clusters first) and/or
+// cooperative (all blocks resident at once, for sync_grid). Cooperative grids overlap only up to one block per
+// multiprocessor: grids of 216-320 blocks ran 3-25 % slower with the attribute, 128 gained; 136 and 192 gained
+// too, which this bound gives up (H200, NOTES step 18).
 template <auto Kernel, class... Args>
 void launch_cluster(const char* what, unsigned grid, unsigned cluster, unsigned block, std::size_t smem, stream_t s,
                     bool cooperative, Args... args) {
   static const bool overlap = launch_overlap_enabled(reinterpret_cast<const void*>(Kernel));
-  const bool small = grid <= static_cast<unsigned>(device_sm_count());
-  check(launch_with(Kernel, grid, block, smem, s, cooperative, cluster, overlap && (small || !cooperative), args...),
-        what);
+  const bool bounded = !cooperative || grid <= static_cast<unsigned>(device_sm_count());
+  check(launch_with(Kernel, grid, block, smem, s, cooperative, cluster, overlap && bounded, args...), what);
 }
-#endif
+template <auto Kernel, class... Args>
+void launch_cooperative(const char* what, unsigned grid, unsigned block, std::size_t smem, stream_t s, Args... args) {
+  launch_cluster<Kernel>(what, grid, 0, block, smem, s, true, args...);
+}
 #endif
 
 inline stream_t to_stream(void* s) { return static_cast<stream_t>(s); }
