@@ -318,11 +318,14 @@ __device__ void rank_block(const Src& src, int first, int per, std::int32_t* row
   }
   __syncthreads();
   for (int e = threadIdx.x; e < E; e += blockDim.x) {  // per expert: prefix over the rows, in warp order
-    std::int32_t run = 0;
-    for (int w = 0; w < W; ++w) {
-      const std::int32_t c = rows[w * stride + e];
-      rows[w * stride + e] = run;
-      run += c;
+    constexpr int kMaxW = kThreads / kWarpSize;  // blocks of kThreads: W <= kMaxW
+    std::int32_t c[kMaxW], run = 0;
+#pragma unroll
+    for (int w = 0; w < kMaxW; ++w) c[w] = w < W ? rows[w * stride + e] : 0;  // all loads before any store
+#pragma unroll
+    for (int w = 0; w < kMaxW; ++w) {
+      if (w < W) rows[w * stride + e] = run;
+      run += c[w];
     }
     block_count[e] = run;
   }
