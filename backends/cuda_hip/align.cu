@@ -93,7 +93,9 @@ void align_typed(const detail::AlignShape& s, const detail::AlignArgs& a, const 
     const std::size_t smem = resident_smem();
     const bool launched = with_steps<gpu::kClusterMaxPer>(p.cluster_per, [&](auto per) {
       return with_flag(grid, [&](auto many) {
-        constexpr auto kernel = gpu::cluster_kernel<decltype(per)::value, decltype(many)::value, gpu::IdSource<IdT>>;
+        // one cluster takes >= 2049 ids, never 1 per thread: no instance of its own for that (the 2 holds 1)
+        constexpr int kPer = !decltype(many)::value && decltype(per)::value == 1 ? 2 : decltype(per)::value;
+        constexpr auto kernel = gpu::cluster_kernel<kPer, decltype(many)::value, gpu::IdSource<IdT>>;
         const auto blocks = static_cast<unsigned>(p.cluster_blocks);
         const unsigned cluster = grid ? gpu::kClusterMaxBlocks : blocks;  // blocks is a multiple of it
         const int fit = gpu::max_active_clusters(reinterpret_cast<const void*>(kernel), cluster, gpu::kThreads, smem);

@@ -99,25 +99,28 @@ struct ExpertLayout {
 };
 
 // dst[begin, end) = value, by threads `thread` of `threads`: 16-byte stores between the unaligned ends (the
-// tails of sorted_token_ids and expert_ids are most of the bytes a small call writes).
-__device__ inline void fill_range(std::int32_t* dst, std::int64_t begin, std::int64_t end, std::int32_t value,
-                                  std::int64_t thread, std::int64_t threads) {
+// tails of sorted_token_ids and expert_ids are most of the bytes a small call writes). 32-bit unsigned: ends are
+// <= INT32_MAX (the contract) and grids far below 2^31 threads, so no index wraps; half the instructions of
+// 64-bit ones on the tail of every small call (kTiny 0.96-0.97 of the time, kOwned 0.97-0.98: perf/NOTES.md
+// step 37).
+__device__ inline void fill_range(std::int32_t* dst, std::uint32_t begin, std::uint32_t end, std::int32_t value,
+                                  std::uint32_t thread, std::uint32_t threads) {
   if (begin >= end) return;
-  const auto misalign = static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(dst + begin) & 15) / 4;
-  const std::int64_t head = min(end - begin, (4 - misalign) & 3);
+  const auto misalign = static_cast<std::uint32_t>(reinterpret_cast<std::uintptr_t>(dst + begin) & 15) / 4;
+  const std::uint32_t head = min(end - begin, (4 - misalign) & 3);
   if (thread < head) dst[begin + thread] = value;
-  const std::int64_t body = begin + head, vectors = (end - body) / 4;
+  const std::uint32_t body = begin + head, vectors = (end - body) / 4;
   int4* v = reinterpret_cast<int4*>(dst + body);
   const int4 four = make_int4(value, value, value, value);
 #pragma unroll 1
-  for (std::int64_t k = thread; k < vectors; k += threads) v[k] = four;
+  for (std::uint32_t k = thread; k < vectors; k += threads) v[k] = four;
 #pragma unroll 1
-  for (std::int64_t p = body + vectors * 4 + thread; p < end; p += threads) dst[p] = value;
+  for (std::uint32_t p = body + vectors * 4 + thread; p < end; p += threads) dst[p] = value;
 }
 
 // Whether fill_range(dst, begin, end, ...) has a store for `thread`: a test much cheaper than its address
 // arithmetic, for grids far larger than the range.
-MOE_DEVICE bool fills_any(std::int64_t begin, std::int64_t end, std::int64_t thread) {
+MOE_DEVICE bool fills_any(std::uint32_t begin, std::uint32_t end, std::uint32_t thread) {
   return thread < 3 || thread * 4 < end - begin;
 }
 
@@ -591,7 +594,7 @@ __global__ void __launch_bounds__(kThreads) owned_kernel(Src src, int per, Align
   if (blockIdx.x == 0 && tid == 0) *out.post_pad = total;
   // most of the E x T threads hold no tail element: they skip fill_range's address arithmetic (0.91-0.94 of the
   // time with >= 256 experts; the same test inside fill_range cost the cluster 1-3 %: perf/NOTES.md step 27)
-  const std::int64_t thread = std::int64_t{blockIdx.x} * T + tid, threads = std::int64_t{gridDim.x} * T;
+  const std::uint32_t thread = blockIdx.x * blockDim.x + threadIdx.x, threads = gridDim.x * blockDim.x;
   const std::int32_t used_blocks = out.blocks(total);
   if (fills_any(total, out.max_padded, thread)) fill_range(out.sorted, total, out.max_padded, out.numel, thread, threads);
   if (fills_any(used_blocks, out.max_blocks, thread)) fill_range(out.expert_ids, used_blocks, out.max_blocks, -1, thread, threads);
