@@ -32,15 +32,17 @@ TEST_CASE("random: expert counts a split into groups of experts leaves a remaind
 }
 
 TEST_CASE("random: sizes where a path changes blocks or ids per thread") {
-  // the GPU's block-per-expert path (from 9 or 33 ids, by experts, to 2048) keeps 128 threads up to 1024 ids,
-  // 1 to 8 ids each, then grows the block; its cluster path (2049 to 8192 ids, 8 blocks of 256 threads) doubles
+  // the GPU's block-per-expert path (from 9 or 33 ids, by experts, to 2048) keeps 128 threads up to 512 ids,
+  // 1 to 4 ids each, then grows the block to 512 threads, and gives a block 1, 2, 4 or 8 experts as experts and
+  // threads grow (on a 132-SM H200, 2048 ids: 1 with 8 experts, 2 with 256 or 257, the last block then owning
+  // one, 4 with 513, 8 with 1024); its cluster path (2049 to 8192 ids, 8 blocks of 256 threads) doubles
   // its ids per thread after 2048 and 4096; its grid of clusters (8193 to 65536 ids, up to 64 blocks, whole
   // clusters of 8) after 16384 and 32768, then hands over to the cooperative grid; the last warp, block or
   // cluster is then partly filled or holds no ids at all
   Rng rng(9);
-  for (std::size_t n : {8u, 9u, 16u, 32u, 33u, 127u, 128u, 129u, 1000u, 1024u, 1025u, 1057u, 2049u, 4095u, 4096u,
-                        4097u, 6000u, 8191u, 8192u, 8193u, 16384u, 16385u, 32769u, 65536u, 65537u})
-    for (std::int32_t E : {8, 256, 257, 1024}) {
+  for (std::size_t n : {8u, 9u, 16u, 32u, 33u, 127u, 128u, 129u, 512u, 513u, 1000u, 1024u, 1025u, 1057u, 2048u,
+                        2049u, 4095u, 4096u, 4097u, 6000u, 8191u, 8192u, 8193u, 16384u, 16385u, 32769u, 65536u, 65537u})
+    for (std::int32_t E : {8, 256, 257, 513, 1024}) {
       check_align(uniform_ids<std::int32_t>(n, E, rng, 0.05), E, 64);
       check_align(skewed_ids<std::int32_t>(n, E, rng, E / 2), E, 16);
     }

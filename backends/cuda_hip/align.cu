@@ -67,6 +67,27 @@ auto with_steps(int steps, F&& f) {
   return f(std::integral_constant<int, kMax>{});
 }
 
+// f(std::integral_constant<int, P>) for P == value, a power of two <= kMax.
+template <int kMax, class F>
+void with_pow2(int value, F&& f) {
+  if constexpr (kMax > 1) {
+    if (value < kMax) return with_pow2<kMax / 2>(value, f);
+  }
+  f(std::integral_constant<int, kMax>{});
+}
+
+// kOwned: experts per block, the fewest (a power of two) that keep the grid within kOwnedWarpsPerSm warps per
+// SM. Each block reads all ids, so past that the SMs' issue slots, not latency, set the time: at 2048 ids, 256
+// experts in 128 blocks took 0.90 of the time of 256 blocks, 1024 experts in 128-256 blocks 0.68-0.73 of 1024
+// (perf/NOTES.md step 37).
+constexpr int kOwnedWarpsPerSm = 16, kOwnedMaxExpertsPerBlock = 8;
+int owned_experts_per_block(std::int32_t experts, int warps_per_block) {
+  const std::int64_t budget = std::int64_t{kOwnedWarpsPerSm} * gpu::device_sm_count();
+  int k = 1;
+  while (k < kOwnedMaxExpertsPerBlock && (experts + k - 1) / k * std::int64_t{warps_per_block} > budget) k *= 2;
+  return k;
+}
+
 // f(std::bool_constant<flag>), and its result.
 template <class F>
 auto with_flag(bool flag, F&& f) {
@@ -125,10 +146,14 @@ void align_typed(const detail::AlignShape& s, const detail::AlignArgs& a, const 
     }
     case gpu::AlignPath::kOwned: {
       const int warps = p.owned_threads / gpu::device_warp_size();
-      with_steps<gpu::kItems>(p.owned_per, [&](auto per) {
-        gpu::launch<gpu::owned_kernel<decltype(per)::value, gpu::IdSource<IdT>>>(
-            "owned_kernel", static_cast<unsigned>(s.num_experts), static_cast<unsigned>(p.owned_threads),
-            gpu::owned_smem_bytes(warps, s.num_experts), stream, src, p.owned_per, out);
+      const int k = owned_experts_per_block(s.num_experts, warps);
+      const auto blocks = static_cast<unsigned>((s.num_experts + k - 1) / k);
+      with_steps<gpu::kOwnedItems>(p.owned_per, [&](auto per) {
+        with_pow2<kOwnedMaxExpertsPerBlock>(k, [&](auto experts) {
+          gpu::launch<gpu::owned_kernel<decltype(per)::value, decltype(experts)::value, gpu::IdSource<IdT>>>(
+              "owned_kernel", blocks, static_cast<unsigned>(p.owned_threads),
+              gpu::owned_smem_bytes(warps, s.num_experts, k), stream, src, p.owned_per, out);
+        });
       });
       return;
     }

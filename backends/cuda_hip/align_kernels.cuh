@@ -515,31 +515,33 @@ __global__ void __launch_bounds__(kThreads) cluster_kernel(Src src, int per, std
 }
 #endif
 
-// Shared memory of kOwned: hist [E], warp_count [W], sums [2 W].
-inline std::size_t owned_smem_bytes(int warps, std::int32_t experts) {
-  return sizeof(std::int32_t) * (std::size_t(experts) + 3 * std::size_t(warps));
+// Shared memory of kOwned: hist [E], warp_count [experts per block][W], sums [2 W].
+inline std::size_t owned_smem_bytes(int warps, std::int32_t experts, int experts_per_block) {
+  return sizeof(std::int32_t) * (std::size_t(experts) + std::size_t(experts_per_block + 2) * std::size_t(warps));
 }
 
-// kOwned: block e reads ALL ids and owns expert e. It counts every expert in shared memory (for its padded start
-// and the padded total) and ranks only its own expert's ids, one ballot per warp step. Warp w holds `per`
-// (<= kMaxPer, the smallest power of two that covers it: align.cu, with_steps) steps of kWarpSize consecutive
-// ids from w * per * kWarpSize in registers, so (warp, step, lane) order is index order and ranks are stable.
-// After the count and the prefix over warps, the ballots kept from the count place each of its ids. The
-// block-wide sums (the padded sizes before mine and of all, my expert's ids in the warps before each warp) are
-// warp sums, one instruction on sm_80+, not prefix scans: 0.79-0.95 of the time of the scans (perf/NOTES.md
-// step 25). The block writes its expert's part of both outputs (ids, padding, expert_ids) and a strip of the
-// tails. Blocks never talk to each other: one launch, no grid barrier, no workspace, each output element
-// written once; the price is that every block reads all ids (from L2 after the first). Two or more experts
-// per block cost more than they saved (4.28 -> 4.88 -> 6.70 us for 1, 2, 4 at 256x8: perf/NOTES.md step 21).
-template <int kMaxPer, class Src>
-__global__ void __launch_bounds__(kThreads) owned_kernel(Src src, int per, AlignOut out) {
+// kOwned: block b reads ALL ids and owns kK consecutive experts from b * kK. It counts every expert in shared
+// memory (for its experts' padded starts and the padded total) and ranks only its own experts' ids, one ballot
+// per owned expert and warp step. Warp w holds `per` (<= kMaxPer, the smallest power of two that covers it:
+// align.cu, with_steps) steps of kWarpSize consecutive ids from w * per * kWarpSize in registers, so (warp,
+// step, lane) order is index order and ranks are stable. After the count and the prefix over warps, the
+// ballots kept from the count place each of its ids. The block-wide sums (the padded sizes before its first
+// expert and of all, each owned expert's ids in the warps before each warp) are warp sums, one instruction on
+// sm_80+, not prefix scans: 0.79-0.95 of the time of the scans (perf/NOTES.md step 25). The block writes its
+// experts' part of both outputs (ids, padding, expert_ids) and a strip of the tails. Blocks never talk to each
+// other: one launch, no grid barrier, no workspace, each output element written once; the price is that every
+// block reads all ids (from L2 after the first). How the ids and experts are cut (align_plan.hpp, align.cu):
+// about 4 ids per thread, and as many experts per block as keep the grid near 16 warps per SM; more blocks
+// than that made the call issue-bound (perf/NOTES.md step 37).
+template <int kMaxPer, int kK, class Src>
+__global__ void __launch_bounds__(kOwnedMaxThreads) owned_kernel(Src src, int per, AlignOut out) {
   extern __shared__ std::int32_t smem[];
   const int E = out.num_experts, W = warps_per_block(), w = warp_id(), lane = lane_id();
   const int n = static_cast<int>(src.size()), T = static_cast<int>(blockDim.x), tid = static_cast<int>(threadIdx.x);
   std::int32_t* hist = smem;
-  std::int32_t* warp_count = hist + E;
-  std::int32_t* sums = warp_count + W;
-  const int mine = static_cast<int>(blockIdx.x), first = w * per * kWarpSize;
+  std::int32_t* warp_count = hist + E;  // [kK][W]
+  std::int32_t* sums = warp_count + kK * W;
+  const int mine = static_cast<int>(blockIdx.x) * kK, first = w * per * kWarpSize;  // mine: first owned expert
 #pragma unroll 1
   for (int e = tid; e < E; e += T) hist[e] = 0;
   // only now wait for the call before: clearing this block's shared memory and the index arithmetic overlap
@@ -552,17 +554,23 @@ __global__ void __launch_bounds__(kThreads) owned_kernel(Src src, int per, Align
     key[j] = (j < per && i < n) ? src.load(i).key : -1;
   }
   __syncthreads();
-  lane_mask_t hit[kMaxPer];  // lanes holding my expert, per step: ranks them again when placing
-  std::int32_t run = 0;      // this warp's ids of my expert (the same in every lane)
+  lane_mask_t hit[kMaxPer][kK];  // lanes holding owned expert mine + k, per step: ranks them again when placing
+  std::int32_t run[kK] = {};     // this warp's ids of each owned expert (the same in every lane)
 #pragma unroll
   for (int j = 0; j < kMaxPer; ++j) {
     if (key[j] >= 0) atomicAdd(&hist[key[j]], 1);
-    hit[j] = ballot(key[j] == mine);
-    run += popc(hit[j]);
+#pragma unroll
+    for (int k = 0; k < kK; ++k) {
+      hit[j][k] = ballot(key[j] == mine + k);
+      run[k] += popc(hit[j][k]);
+    }
   }
-  if (lane == 0) warp_count[w] = run;
+  if (lane == 0) {
+#pragma unroll
+    for (int k = 0; k < kK; ++k) warp_count[k * W + w] = run[k];
+  }
   __syncthreads();
-  // padded sizes of the experts before mine, and of all: block sums (warp sums, then a sum over warps)
+  // padded sizes of the experts before my first one, and of all: block sums (warp sums, then a sum over warps)
   std::int32_t before = 0, total = 0;
 #pragma unroll 1
   for (int e = tid; e < E; e += T) {
@@ -576,28 +584,39 @@ __global__ void __launch_bounds__(kThreads) owned_kernel(Src src, int per, Align
     sums[w] = before;
     sums[W + w] = total;
   }
-  const std::int32_t prior = warp_sum(lane < w ? warp_count[lane] : 0);  // my expert's ids in the warps before
+  std::int32_t at[kK];  // where this warp's ids of each owned expert go: first the ids in the warps before
+#pragma unroll
+  for (int k = 0; k < kK; ++k) at[k] = warp_sum(lane < w ? warp_count[k * W + lane] : 0);
   __syncthreads();  // W <= kWarpSize
   before = warp_sum(lane < W ? sums[lane] : 0);
   total = warp_sum(lane < W ? sums[W + lane] : 0);
-  const std::int32_t count = hist[mine], padded = out.padded(count);
+#pragma unroll
+  for (int k = 0; k < kK; ++k) {  // each owned expert: its padding and expert_ids, its ids' start
+    if (mine + k >= E) break;     // the last block may own fewer
+    const std::int32_t count = hist[mine + k], padded = out.padded(count);
 #pragma unroll 1
-  for (int p = before + count + tid; p < before + padded; p += T) out.sorted[p] = out.numel;  // my padding
+    for (int p = before + count + tid; p < before + padded; p += T) out.sorted[p] = out.numel;
 #pragma unroll 1
-  for (int b = out.blocks(before) + tid; b < out.blocks(before + padded); b += T) out.expert_ids[b] = mine;
-  run = before + prior;
+    for (int b = out.blocks(before) + tid; b < out.blocks(before + padded); b += T) out.expert_ids[b] = mine + k;
+    at[k] += before;
+    before += padded;
+  }
 #pragma unroll
   for (int j = 0; j < kMaxPer; ++j) {
-    if (key[j] == mine) out.sorted[run + popc(hit[j] & lanes_below())] = first + j * kWarpSize + lane;
-    run += popc(hit[j]);
+#pragma unroll
+    for (int k = 0; k < kK; ++k) {
+      if (key[j] == mine + k) out.sorted[at[k] + popc(hit[j][k] & lanes_below())] = first + j * kWarpSize + lane;
+      at[k] += popc(hit[j][k]);
+    }
   }
   if (blockIdx.x == 0 && tid == 0) *out.post_pad = total;
-  // most of the E x T threads hold no tail element: they skip fill_range's address arithmetic (0.91-0.94 of the
-  // time with >= 256 experts; the same test inside fill_range cost the cluster 1-3 %: perf/NOTES.md step 27)
+  // most of the grid's threads hold no tail element: they skip fill_range's address arithmetic (0.91-0.94 of
+  // the time with >= 256 experts; the same test inside fill_range cost the cluster 1-3 %: perf/NOTES.md step 27)
   const std::uint32_t thread = blockIdx.x * blockDim.x + threadIdx.x, threads = gridDim.x * blockDim.x;
   const std::int32_t used_blocks = out.blocks(total);
   if (fills_any(total, out.max_padded, thread)) fill_range(out.sorted, total, out.max_padded, out.numel, thread, threads);
-  if (fills_any(used_blocks, out.max_blocks, thread)) fill_range(out.expert_ids, used_blocks, out.max_blocks, -1, thread, threads);
+  if (fills_any(used_blocks, out.max_blocks, thread))
+    fill_range(out.expert_ids, used_blocks, out.max_blocks, -1, thread, threads);
 }
 
 // kTiny: at most 32 ids, any number of experts. Every warp holds all ids, one per lane, and derives the

@@ -22,9 +22,9 @@
 //             counts through each other's shared memory, so only one count per expert and cluster crosses the
 //             grid, and ONE grid barrier replaces kGrid's two. Falls back to kGrid (same workspace) where the
 //             device cannot hold all the clusters at once.
-//   kOwned    the rest up to 2048 ids, experts <= kDirectMaxExperts: one launch of a block per expert; every
-//             block reads all ids, counts all experts in shared memory and ranks and places only its own
-//             expert's ids. No block waits for another.
+//   kOwned    the rest up to 2048 ids, experts <= kDirectMaxExperts: one launch of a block per expert, or per
+//             2-8 experts where so many blocks would crowd the SMs; every block reads all ids, counts all experts
+//             in shared memory and ranks and places only its own experts' ids. No block waits for another.
 //   kGrid     experts <= kDirectMaxExperts, up to kGridMaxBlocks blocks of kThreads x <= kGridItems ids: ONE
 //             cooperative launch of co-resident blocks; each ranks its ids in registers with per-warp counts
 //             in shared memory; two grid-wide barriers in place of launch boundaries. Falls back to kDirect
@@ -54,10 +54,12 @@ constexpr int kGridItems = 16;                      // kGrid: ids per thread hel
 constexpr int kGridTargetBlocks = 128;              // kGrid: fewer ids per thread until about this many blocks
 constexpr int kGridMaxBlocks = 512;                 // kGrid: bounds the per-expert scan over blocks (registers)
 // kOwned: the ids it takes (at 8192 ids, reading all ids in every block cost more than the grid's barriers: 9.7
-// against 6.6 us with 256 experts; perf/NOTES.md step 21). Up to 2048 ids a block has at most 256 threads of
-// at most kItems ids each, which its registers hold. Its lower end is kTiny's upper one.
+// against 6.6 us with 256 experts; perf/NOTES.md step 21). Its lower end is kTiny's upper one. About
+// kOwnedItems ids per thread in blocks of 128 to kOwnedMaxThreads threads: at 1024-2048 ids, 4 per thread took
+// 0.81-0.97 of the time of 8 (perf/NOTES.md step 37). Experts per block: align.cu, owned_experts_per_block.
 constexpr std::int64_t kOwnedMaxIds = 2048;
-static_assert(kOwnedMaxIds <= std::int64_t{kThreads} * kItems, "kOwned: a block of <= kThreads threads holds its ids");
+constexpr int kOwnedItems = 4, kOwnedMaxThreads = 512;
+static_assert(kOwnedMaxIds <= std::int64_t{kOwnedMaxThreads} * kOwnedItems, "kOwned: a block holds all ids");
 // kCluster: CUDA only (HIP has no thread-block clusters); up to 8 blocks of kThreads (a portable cluster size),
 // up to kClusterMaxPer ids per thread. 16 blocks were slower than 8 at every size tried (perf/NOTES.md step 22).
 #if defined(MOE_GPU_HIP)
@@ -96,7 +98,7 @@ struct AlignPlan {
   AlignPath path = AlignPath::kEmpty;
   AlignPath fallback = AlignPath::kEmpty;  // kCluster(Grid): the path taken where the device cannot run it
   int cluster_blocks = 0, cluster_per = 0;  // kCluster(Grid): blocks (of kThreads), ids per thread
-  int owned_threads = 0, owned_per = 0;  // kOwned: block size, ids per thread (blocks: one per expert)
+  int owned_threads = 0, owned_per = 0;  // kOwned: block size, ids per thread
   int grid_per = 0, grid_blocks = 0;  // kGrid: ids per thread, blocks
   std::size_t grid_table = 0, grid_totals = 0;  // kGrid: workspace regions (kDirect's follow, for the fallback)
   std::int64_t segment = 0;  // kDirect/kRadix: ids per warp segment
@@ -137,10 +139,11 @@ inline AlignPlan make_align_plan(const detail::AlignShape& s) {
   if (n <= 8 || (n <= kTinyMaxIds && E > 256)) {
     p.path = AlignPath::kTiny;
   } else if (n <= kOwnedMaxIds && E <= kDirectMaxExperts) {
-    // about kItems ids per thread, at least 128 threads; one block per expert. From 33 ids, one block for all
-    // ids (a path of its own until then) took 1.03-1.96x kOwned's time (perf/NOTES.md step 26).
+    // about kOwnedItems ids per thread, 128 to kOwnedMaxThreads threads. From 33 ids, one block for all ids (a
+    // path of its own until then) took 1.03-1.96x kOwned's time (perf/NOTES.md step 26).
     p.path = AlignPath::kOwned;
-    const std::int64_t threads = std::max<std::int64_t>(128, ((n + kItems - 1) / kItems + 31) / 32 * 32);
+    const std::int64_t threads =
+        std::clamp<std::int64_t>(((n + kOwnedItems - 1) / kOwnedItems + 31) / 32 * 32, 128, kOwnedMaxThreads);
     p.owned_threads = static_cast<int>(threads);
     p.owned_per = static_cast<int>((n + threads - 1) / threads);
   } else if (E <= kDirectMaxExperts) {
