@@ -77,9 +77,9 @@ void with_pow2(int value, F&& f) {
 }
 
 // kOwned: experts per block, the fewest (a power of two) that keep the grid within kOwnedWarpsPerSm warps per
-// SM. Each block reads all ids, so past that the SMs' issue slots, not latency, set the time: at 2048 ids, 256
-// experts in 128 blocks took 0.90 of the time of 256 blocks, 1024 experts in 128-256 blocks 0.68-0.73 of 1024
-// (perf/NOTES.md step 37).
+// SM. Each block reads all ids, so past that the SMs' issue slots, not latency, set the time: at 2048 ids in
+// blocks of 512 threads, 256 / 512 / 1024 experts in 128 blocks took 0.92 / 0.78 / 0.57 of the time of a block
+// per expert; with 8-64 experts, 2 per block took 1.08-1.10 (perf/NOTES.md step 37).
 constexpr int kOwnedWarpsPerSm = 16, kOwnedMaxExpertsPerBlock = 8;
 int owned_experts_per_block(std::int32_t experts, int warps_per_block) {
   const std::int64_t budget = std::int64_t{kOwnedWarpsPerSm} * gpu::device_sm_count();

@@ -55,8 +55,9 @@ constexpr int kGridTargetBlocks = 128;              // kGrid: fewer ids per thre
 constexpr int kGridMaxBlocks = 512;                 // kGrid: bounds the per-expert scan over blocks (registers)
 // kOwned: the ids it takes (at 8192 ids, reading all ids in every block cost more than the grid's barriers: 9.7
 // against 6.6 us with 256 experts; perf/NOTES.md step 21). Its lower end is kTiny's upper one. About
-// kOwnedItems ids per thread in blocks of 128 to kOwnedMaxThreads threads: at 1024-2048 ids, 4 per thread took
-// 0.81-0.97 of the time of 8 (perf/NOTES.md step 37). Experts per block: align.cu, owned_experts_per_block.
+// kOwnedItems ids per thread in blocks of 128 to kOwnedMaxThreads threads: at 1024-2048 ids with 8-256 experts,
+// 4 per thread took 0.84-0.96 of the time of 8 (perf/NOTES.md step 37). Experts per block: align.cu,
+// owned_experts_per_block.
 constexpr std::int64_t kOwnedMaxIds = 2048;
 constexpr int kOwnedItems = 4, kOwnedMaxThreads = 512;
 static_assert(kOwnedMaxIds <= std::int64_t{kOwnedMaxThreads} * kOwnedItems, "kOwned: a block holds all ids");
