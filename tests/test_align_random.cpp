@@ -20,9 +20,9 @@ TEST_CASE("random: numel x experts sweep, 5% dropped ids") {
 }
 
 TEST_CASE("random: expert counts a split into groups of experts leaves a remainder in") {
-  // a backend may give each worker a range of consecutive experts (the GPU's one-launch path did, two per
-  // block): counts that no range size divides leave a short last range; sizes on both sides of the GPU's path
-  // limits (32 ids with more than 256 experts, 2048 ids) and far beyond
+  // a backend may give each worker a range of consecutive experts (the GPU's block-per-expert path does, 2, 4
+  // or 8 per block with many experts): counts that no range size divides leave a short last range; sizes on
+  // both sides of the GPU's path limits (32 ids with more than 256 experts, 2048 ids) and far beyond
   Rng rng(8);
   for (std::size_t n : {33u, 256u, 257u, 2047u, 2048u, 2049u, 32767u, 32768u, 32769u})
     for (std::int32_t E : {127, 129, 255, 257, 641, 1023}) {

@@ -56,7 +56,8 @@ void counting_pass(const AlignPlan& p, const Src& src, bool sentinels, int bucke
 }
 
 // f(std::integral_constant<int, P>), and its result, for the smallest power of two P >= steps (steps <= kMax, a
-// power of two): kernels that hold `steps` warp steps of ids in registers are instantiated for P steps only.
+// power of two; P == steps where steps is one): kernels that hold `steps` warp steps of ids in registers are
+// instantiated for P steps only, and kOwned for its power-of-two experts per block.
 // One body for 16 steps that skips the unused ones still fetches their instructions: a 110 KB unrolled kernel
 // was 2-3 us slower per call than a 26 KB one doing the same work (H200, perf/NOTES.md step 20).
 template <int kMax, class F>
@@ -65,15 +66,6 @@ auto with_steps(int steps, F&& f) {
     if (steps <= kMax / 2) return with_steps<kMax / 2>(steps, f);
   }
   return f(std::integral_constant<int, kMax>{});
-}
-
-// f(std::integral_constant<int, P>) for P == value, a power of two <= kMax.
-template <int kMax, class F>
-void with_pow2(int value, F&& f) {
-  if constexpr (kMax > 1) {
-    if (value < kMax) return with_pow2<kMax / 2>(value, f);
-  }
-  f(std::integral_constant<int, kMax>{});
 }
 
 // kOwned: experts per block, the fewest (a power of two) that keep the grid within kOwnedWarpsPerSm warps per
@@ -149,7 +141,7 @@ void align_typed(const detail::AlignShape& s, const detail::AlignArgs& a, const 
       const int k = owned_experts_per_block(s.num_experts, warps);
       const auto blocks = static_cast<unsigned>((s.num_experts + k - 1) / k);
       with_steps<gpu::kOwnedItems>(p.owned_per, [&](auto per) {
-        with_pow2<kOwnedMaxExpertsPerBlock>(k, [&](auto experts) {
+        with_steps<kOwnedMaxExpertsPerBlock>(k, [&](auto experts) {  // k is a power of two: P == k
           gpu::launch<gpu::owned_kernel<decltype(per)::value, decltype(experts)::value, gpu::IdSource<IdT>>>(
               "owned_kernel", blocks, static_cast<unsigned>(p.owned_threads),
               gpu::owned_smem_bytes(warps, s.num_experts, k), stream, src, p.owned_per, out);
