@@ -13,7 +13,8 @@ const std::int32_t kBlockSizes[] = {1, 3, 16, 48, 64, 100, 128, 256};
 
 TEST_CASE("random: numel x experts sweep, 5% dropped ids") {
   const std::size_t numels[] = {1, 2, 3, 7, 31, 32, 33, 127, 509, 1021, 2053, 4099, 8191, 16411, 65521, 131101};
-  const std::int32_t experts[] = {1, 2, 8, 60, 256, 512, 1024, 1025, 4096, 65536};
+  // 20000: a GPU expert scan over several loads per warp, its last warp's tile and rows partly filled
+  const std::int32_t experts[] = {1, 2, 8, 60, 256, 512, 1024, 1025, 4096, 20000, 65536};
   Rng rng(1);
   for (std::size_t n : numels)
     for (std::int32_t E : experts) check_align(uniform_ids<std::int32_t>(n, E, rng, 0.05), E, 64);

@@ -44,7 +44,12 @@ void counting_pass(const AlignPlan& p, const Src& src, bool sentinels, int bucke
                    std::int32_t* totals, std::uint16_t* rank, const Sink& sink, const AlignOut& out,
                    std::int32_t* kept, std::int32_t* expert_hist, gpu::stream_t stream) {
   const int warps = gpu::kThreads / gpu::device_warp_size();
-  const unsigned grid = blocks_for(p.segments, warps);
+  // a block per `warps` segments; where it also writes the sentinels, at least a block per kFillPerBlock of them
+  // (at 2048 ids and 65536 experts one block wrote the 512 KB alone: that kernel took 23 us under ncu, 14 with
+  // 8 blocks, perf/NOTES.md step 40)
+  constexpr std::int64_t kFillPerBlock = std::int64_t{gpu::kThreads} * 64;
+  const unsigned grid =
+      std::max(blocks_for(p.segments, warps), sentinels ? blocks_for(out.max_padded, kFillPerBlock) : 1u);
   const std::size_t rows = ints(std::int64_t{warps} * (buckets + 1));
   gpu::launch<gpu::count_kernel<Src>>("count_kernel", grid, gpu::kThreads, rows, stream, src, p.segment, p.segments,
                                       buckets, table, rank, expert_hist, p.key_bits, sentinels, out);
@@ -180,14 +185,16 @@ void align_typed(const detail::AlignShape& s, const detail::AlignArgs& a, const 
       counting_pass<false>(p, low, true, 1 << p.lo_bits, 1, region<std::int32_t>(ws, p.table1),
                            region<std::int32_t>(ws, p.totals1), region<std::uint16_t>(ws, p.rank), gpu::PairSink{keys, values}, out, &scalars[0],
                            count, stream);
-      gpu::launch<gpu::expert_scan_kernel>("expert_scan_kernel", 1, 1024, 0, stream, count, start, padded, scalars, out);
+      gpu::launch<gpu::expert_scan_kernel>("expert_scan_kernel", 1, gpu::kScanThreads, 0, stream, count, start, padded,
+                                           scalars, out);
       // pass 2: by the high digit, stable, so the order is by expert then index; written padded
       const gpu::PairSource pairs{keys, values, &scalars[0], Digit{p.lo_bits, p.hi_bits}};
       counting_pass<false>(p, pairs, false, 1 << p.hi_bits, 1, region<std::int32_t>(ws, p.table2),
                            region<std::int32_t>(ws, p.totals2), region<std::uint16_t>(ws, p.rank), gpu::PaddedSink{a.sorted_token_ids, start, padded},
                            out, nullptr, nullptr, stream);
-      const unsigned grid = blocks_for(std::max<std::int64_t>(s.max_padded, s.num_experts * std::int64_t{32}),
-                                       gpu::kThreads * 8);
+      // a warp per 32 experts, and about 16 values of the -1 tail per thread
+      const unsigned grid =
+          std::max(blocks_for(s.num_experts, gpu::kThreads), blocks_for(s.max_blocks, gpu::kThreads * 16));
       gpu::launch<gpu::fill_kernel>("fill_kernel", grid, gpu::kThreads, 0, stream, padded, scalars, out);
       return;
     }

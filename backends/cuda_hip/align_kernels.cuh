@@ -224,8 +224,10 @@ __global__ void __launch_bounds__(kThreads) row_scan_kernel(std::int32_t* table,
                                                             std::int32_t* totals) {
   wait_prior_grid();  // no early allow_next_grid(): see "dependent launch" in gpu_runtime.hpp
   __shared__ std::int32_t scratch[kThreads / 32 + 1];
-  const std::int32_t total =
-      block_exclusive_scan(table + blockIdx.x * segments, static_cast<int>(segments), scratch);
+  std::int32_t* row = table + blockIdx.x * segments;
+  const std::int32_t total = block_scan_tiles<kScanRows>(
+      static_cast<int>(segments), scratch, [&](int i) { return row[i]; },
+      [&](int i, std::int32_t prefix) { row[i] = prefix; });
   if (threadIdx.x == 0) totals[blockIdx.x] = total;
 }
 
@@ -658,31 +660,63 @@ __global__ void __launch_bounds__(kThreads) tiny_kernel(Src src, AlignOut out) {
   fill_range(out.expert_ids, out.blocks(total), out.max_blocks, -1, thread, threads);
 }
 
-// kRadix, between the passes: per-expert unpadded and padded starts, and the padded total.
-__global__ void __launch_bounds__(1024) expert_scan_kernel(const std::int32_t* expert_count, std::int32_t* expert_start,
-                                                           std::int32_t* expert_padded_start, std::int32_t* scalars,
-                                                           AlignOut out) {
+// kRadix, between the passes: per-expert unpadded and padded starts, and the padded total, by one block. Both
+// scans in one: each value packs the count in its high 32 bits and the padded count in the low ones (both sums
+// stay below 2^31, so no carry crosses).
+constexpr int kScanThreads = 1024;
+__global__ void __launch_bounds__(kScanThreads) expert_scan_kernel(const std::int32_t* expert_count,
+                                                                   std::int32_t* expert_start,
+                                                                   std::int32_t* expert_padded_start,
+                                                                   std::int32_t* scalars, AlignOut out) {
   begin_after_prior_grid();
-  __shared__ std::int32_t scratch[1024 / 32 + 1];
-  for (int e = threadIdx.x; e < out.num_experts; e += blockDim.x) {
-    expert_start[e] = expert_count[e];
-    expert_padded_start[e] = out.padded(expert_count[e]);
-  }
-  __syncthreads();
-  block_exclusive_scan(expert_start, out.num_experts, scratch);
-  const std::int32_t total = block_exclusive_scan(expert_padded_start, out.num_experts, scratch);
+  __shared__ std::int64_t scratch[kScanThreads / 32 + 1];
+  const std::int64_t total = block_scan_tiles<kScanRows>(
+      out.num_experts, scratch,
+      [&](int e) {
+        const std::int32_t c = expert_count[e];
+        return std::int64_t{c} << 32 | out.padded(c);
+      },
+      [&](int e, std::int64_t prefix) {
+        expert_start[e] = static_cast<std::int32_t>(prefix >> 32);
+        expert_padded_start[e] = static_cast<std::int32_t>(prefix & 0xFFFFFFFF);
+      });
   if (threadIdx.x == 0) {
-    scalars[1] = total;
-    *out.post_pad = total;
+    scalars[1] = static_cast<std::int32_t>(total & 0xFFFFFFFF);
+    *out.post_pad = static_cast<std::int32_t>(total & 0xFFFFFFFF);
   }
 }
 
-// kRadix, last: expert_ids.
+// kRadix, last: expert_ids. A warp takes 32 consecutive experts, a lane each: one load of its padded range,
+// then the lane writes the expert's first kFillOwn blocks itself, and the whole warp writes the rest of each
+// expert that has more (skewed ids), one such expert at a time. (A thread per block with a binary search over
+// the global starts was 16 dependent loads at 65536 experts.) The -1 tail over the whole grid.
+constexpr int kFillOwn = 4;
 __global__ void __launch_bounds__(kThreads) fill_kernel(const std::int32_t* expert_padded_start,
                                                         const std::int32_t* scalars, AlignOut out) {
   begin_after_prior_grid();
-  fill_expert_ids(ExpertLayout{expert_padded_start, out.num_experts}, scalars[1], out,
-                  std::int64_t{blockIdx.x} * blockDim.x + threadIdx.x, std::int64_t{gridDim.x} * blockDim.x);
+  const int E = out.num_experts, lane = lane_id();
+  const std::int32_t total = scalars[1];
+  const std::int64_t thread = std::int64_t{blockIdx.x} * blockDim.x + threadIdx.x,
+                     threads = std::int64_t{gridDim.x} * blockDim.x;
+#pragma unroll 1
+  for (std::int64_t e = thread; e - lane < E; e += threads) {  // warp-uniform
+    const std::int32_t begin = e < E ? expert_padded_start[e] : total;
+    const std::int32_t end = e + 1 < E ? expert_padded_start[e + 1] : total;
+    const std::int32_t b0 = out.blocks(begin), count = out.blocks(end) - b0;
+    const auto expert = static_cast<std::int32_t>(e);
+#pragma unroll
+    for (int q = 0; q < kFillOwn; ++q)
+      if (q < count) out.expert_ids[b0 + q] = expert;
+    lane_mask_t more = ballot(count > kFillOwn);
+    while (more != 0) {  // warp-uniform
+      const int k = lowest_lane(more);
+      more &= more - 1;
+      const std::int32_t first = shfl(b0, k), rest = shfl(count, k), which = shfl(expert, k);
+#pragma unroll 1
+      for (std::int32_t q = kFillOwn + lane; q < rest; q += kWarpSize) out.expert_ids[first + q] = which;
+    }
+  }
+  fill_range(out.expert_ids, out.blocks(total), out.max_blocks, -1, thread, threads);
 }
 
 }  // namespace gpu

@@ -46,9 +46,83 @@ MOE_DEVICE std::int32_t warp_sum(std::int32_t v) {
 #endif
 }
 
-// Exclusive prefix sum of data[0, n) in place (any memory the block can read and write), by the whole block;
-// returns the total to every thread. `scratch` is shared memory of warps_per_block() + 1 values. Each thread
-// owns a contiguous run of ceil(n / blockDim) values, so order is fixed and the result deterministic.
+// Exclusive prefix sum of one value per thread, in thread order, by the whole block; `total` gets the sum of
+// all. `scratch` is shared memory of warps_per_block() + 1 values, read until the caller's next barrier.
+template <class T>
+__device__ T block_scan_values(T v, T* scratch, T& total) {
+  const T incl = warp_inclusive_scan(v);
+  const int W = warps_per_block(), lane = lane_id();
+  if (lane == kWarpSize - 1) scratch[warp_id()] = incl;
+  __syncthreads();
+  if (warp_id() == 0) {  // W <= kWarpSize: one warp scans the warps' totals
+    const T w = lane < W ? scratch[lane] : T{0};
+    const T inc = warp_inclusive_scan(w);
+    if (lane < W) scratch[lane] = inc - w;
+    if (lane == W - 1) scratch[W] = inc;
+  }
+  __syncthreads();
+  total = scratch[W];
+  return scratch[warp_id()] + incl - v;
+}
+
+// Exclusive prefix sum over n values in global memory, by the whole block, with one barrier pair however long
+// the array: each warp takes a contiguous tile and walks it in rows of kWarpSize values (loads and stores
+// coalesced), kRows rows at a time with their loads in flight. It sums its tile; the block scans the warps' sums;
+// then each warp walks its tile again, from its start, with independent warp scans per row. load(i) gives
+// value i (a T), store(i, prefix) takes its exclusive prefix; store may overwrite what load reads (a barrier
+// separates the two walks). Returns the total to every thread; `scratch` as for block_scan_values. (kRadix's
+// expert scan, one block over 65536 values, under ncu: a run of consecutive values per thread, so a memory
+// request per value, 367 us (143 with 16-byte loads); chunks of the whole block with a block scan each, 48 us;
+// these tiles 38: perf/NOTES.md step 40.)
+template <int kRows, class T, class Load, class Store>
+__device__ T block_scan_tiles(int n, T* scratch, Load&& load, Store&& store) {
+  const int lane = lane_id(), W = warps_per_block(), step = kRows * kWarpSize;
+  const int tile = ((n + W - 1) / W + kWarpSize - 1) / kWarpSize * kWarpSize;
+  const int lo = min(n, warp_id() * tile), hi = min(n, lo + tile);
+  const auto load_rows = [&](int r0, T(&v)[kRows]) {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const int i = r0 + r * kWarpSize + lane;
+      v[r] = i < hi ? load(i) : T{0};
+    }
+  };
+  T v[kRows], sum = 0;  // v: the tile's first rows, kept for the second walk (all of it for short arrays)
+  load_rows(lo, v);
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) sum += v[r];
+#pragma unroll 1
+  for (int r0 = lo + step; r0 < hi; r0 += step) {
+    T u[kRows];
+    load_rows(r0, u);
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) sum += u[r];
+  }
+  sum = warp_inclusive_scan(sum);  // the last lane holds the tile's sum
+  T total;
+  T run = block_scan_values(lane == kWarpSize - 1 ? sum : T{0}, scratch, total);  // the tiles before
+#pragma unroll 1
+  for (int r0 = lo; r0 < hi; r0 += step) {
+    if (r0 != lo) load_rows(r0, v);
+    T excl[kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const T incl = warp_inclusive_scan(v[r]);
+      excl[r] = run + incl - v[r];
+      run += shfl(incl, kWarpSize - 1);
+    }
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const int i = r0 + r * kWarpSize + lane;
+      if (i < hi) store(i, excl[r]);
+    }
+  }
+  return total;
+}
+
+// Exclusive prefix sum of data[0, n) in place, by the whole block, for short arrays in shared memory (a run per
+// thread is a memory request per value: global arrays take block_scan_tiles); returns the total to every thread.
+// `scratch` is shared memory of warps_per_block() + 1 values. Each thread owns a contiguous run of
+// ceil(n / blockDim) values, so order is fixed and the result deterministic.
 // Ends with a barrier: data is final for every thread on return.
 template <class T>
 __device__ T block_exclusive_scan(T* data, int n, T* scratch) {
@@ -58,24 +132,13 @@ __device__ T block_exclusive_scan(T* data, int n, T* scratch) {
   T local = 0;
 #pragma unroll 4
   for (int i = begin; i < end; ++i) local += data[i];
-  const T incl = warp_inclusive_scan(local);
-  const int W = warps_per_block(), lane = lane_id();
-  if (lane == kWarpSize - 1) scratch[warp_id()] = incl;
-  __syncthreads();
-  if (warp_id() == 0) {  // W <= kWarpSize: one warp scans the warps' totals
-    const T v = lane < W ? scratch[lane] : T{0};
-    const T inc = warp_inclusive_scan(v);
-    if (lane < W) scratch[lane] = inc - v;
-    if (lane == W - 1) scratch[W] = inc;
-  }
-  __syncthreads();
-  T run = scratch[warp_id()] + incl - local;
+  T total;
+  T run = block_scan_values(local, scratch, total);
   for (int i = begin; i < end; ++i) {
     const T v = data[i];
     data[i] = run;
     run += v;
   }
-  const T total = scratch[W];
   __syncthreads();
   return total;
 }
