@@ -50,9 +50,9 @@ constexpr int kItems = 8;                           // ids per lane held in regi
 constexpr std::int64_t kMaxSegments = 1 << 16;      // bounds the count table at huge numel
 constexpr std::size_t kAlign = 256;
 constexpr std::int64_t kTinyMaxIds = 32;            // one warp step (NVIDIA and AMD)
-// block_scan_tiles (kDirect's and kRadix's scans over segments, kRadix's expert scan): rows of a warp per batch
-// of loads. 2 took 1.07-1.11x the time of 4 at 65536 experts and 1.04-1.10x on kDirect; 8 rows in the segment
-// scan 0.96-0.99x on kDirect, for 1.6x its code (perf/NOTES.md step 40).
+// block_scan_tiles in kDirect's and kRadix's scans over segments: rows of a warp per batch of loads. 2 (then in
+// the expert scan too) took 1.04-1.10x the time of 4 on kDirect and 1.07-1.11x at 65536 experts; 8 rows
+// 0.96-0.99x on kDirect, for 1.6x the code (perf/NOTES.md step 40).
 constexpr int kScanRows = 4;
 constexpr int kGridItems = 16;                      // kGrid: ids per thread held in registers, at most
 constexpr int kGridTargetBlocks = 128;              // kGrid: fewer ids per thread until about this many blocks
