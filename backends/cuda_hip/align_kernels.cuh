@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "align_plan.hpp"
 #include "padded_layout.hpp"
@@ -32,8 +33,11 @@ struct IdSource {
   Digit digit;
   MOE_DEVICE std::int64_t size() const { return n; }
   MOE_DEVICE Item load(std::int64_t i) const {
-    const auto v = static_cast<std::int64_t>(ids[i]);
-    return {(v >= 0 && v < num_experts) ? static_cast<std::int32_t>(v) : -1, static_cast<std::int32_t>(i)};
+    // one unsigned compare drops negative and too large ids alike (a negative id converts to a value past any
+    // expert count), in 32 bits for ids of up to 32 bits: one instruction fewer per id than two signed tests
+    using U = std::conditional_t<sizeof(IdT) <= 4, std::uint32_t, std::uint64_t>;
+    const auto v = static_cast<U>(ids[i]);
+    return {v < static_cast<U>(num_experts) ? static_cast<std::int32_t>(v) : -1, static_cast<std::int32_t>(i)};
   }
 };
 
@@ -517,54 +521,64 @@ __global__ void __launch_bounds__(kThreads) cluster_kernel(Src src, int per, std
 }
 #endif
 
-// Shared memory of kOwned: hist [E], warp_count [experts per block][W], sums [2 W].
+// Shared memory of kOwned: hist [E + kWarpSize] (past the experts a slot per lane for its dropped ids, never
+// read), warp_count [experts per block][W], sums [2 W].
 inline std::size_t owned_smem_bytes(int warps, std::int32_t experts, int experts_per_block) {
-  return sizeof(std::int32_t) * (std::size_t(experts) + std::size_t(experts_per_block + 2) * std::size_t(warps));
+  return sizeof(std::int32_t) *
+         (std::size_t(experts) + kWarpSize + std::size_t(experts_per_block + 2) * std::size_t(warps));
 }
 
 // kOwned: block b reads ALL ids and owns kK consecutive experts from b * kK. It counts every expert in shared
 // memory (for its experts' padded starts and the padded total) and ranks only its own experts' ids, one ballot
 // per owned expert and warp step. Warp w holds `per` (<= kMaxPer, the smallest power of two that covers it:
 // align.cu, with_steps) steps of kWarpSize consecutive ids from w * per * kWarpSize in registers, so (warp,
-// step, lane) order is index order and ranks are stable. After the count and the prefix over warps, the
-// ballots kept from the count place each of its ids. The block-wide sums (the padded sizes before its first
-// expert and of all, each owned expert's ids in the warps before each warp) are warp sums, one instruction on
-// sm_80+, not prefix scans: 0.79-0.95 of the time of the scans (perf/NOTES.md step 25). The block writes its
-// experts' part of both outputs (ids, padding, expert_ids) and a strip of the tails. Blocks never talk to each
-// other: one launch, no grid barrier, no workspace, each output element written once; the price is that every
-// block reads all ids (from L2 after the first). How the ids and experts are cut (align_plan.hpp, align.cu):
-// about 4 ids per thread, and as many experts per block as keep the grid near 16 warps per SM; more blocks
-// than that made the call issue-bound (perf/NOTES.md step 37).
+// step, lane) order is index order and ranks are stable. Each owned id is ranked during the count (among its
+// warp's ids of its expert); once the prefix over warps and its expert's start are known, placing it is one
+// store. The whole kernel is one dependent chain per warp, so its time follows the instructions on that chain:
+// ranking at the count, branch-free histogram atomics, a warp (not the block) per owned expert's padding and
+// expert_ids, and the tail's stores spread over the blocks' last warps cut ~380 to ~337 per warp at 256x8
+// (0.83-0.92 of the time over kOwned's shapes, perf/NOTES.md step 45). The block-wide sums (the padded sizes
+// before its first expert and of all, each owned expert's ids in the warps before each warp) are warp sums, one
+// instruction on sm_80+, not prefix scans: 0.79-0.95 of the time of the scans (perf/NOTES.md step 25). The
+// block writes its experts' part of both outputs (ids, padding, expert_ids) and a strip of the tails. Blocks
+// never talk to each other: one launch, no grid barrier, no workspace, each output element written once; the
+// price is that every block reads all ids (from L2 after the first). How the ids and experts are cut
+// (align_plan.hpp, align.cu): about 4 ids per thread, and as many experts per block as keep the grid near 16
+// warps per SM; more blocks than that made the call issue-bound (perf/NOTES.md step 37).
 template <int kMaxPer, int kK, class Src>
 __global__ void __launch_bounds__(kOwnedMaxThreads) owned_kernel(Src src, int per, AlignOut out) {
   extern __shared__ std::int32_t smem[];
   const int E = out.num_experts, W = warps_per_block(), w = warp_id(), lane = lane_id();
   const int n = static_cast<int>(src.size()), T = static_cast<int>(blockDim.x), tid = static_cast<int>(threadIdx.x);
   std::int32_t* hist = smem;
-  std::int32_t* warp_count = hist + E;  // [kK][W]
+  std::int32_t* warp_count = hist + E + kWarpSize;  // [kK][W]
   std::int32_t* sums = warp_count + kK * W;
   const int mine = static_cast<int>(blockIdx.x) * kK, first = w * per * kWarpSize;  // mine: first owned expert
 #pragma unroll 1
   for (int e = tid; e < E; e += T) hist[e] = 0;
   // only now wait for the call before: clearing this block's shared memory and the index arithmetic overlap
-  // its end (0.94-0.96 of the time, perf/NOTES.md step 31)
+  // its end (0.94-0.96 of the time, perf/NOTES.md step 31). The ids' bounds are written here too: ptxas then
+  // loads `per` before the wait (0.98-0.99 of the time, step 45)
+  bool in[kMaxPer];
+#pragma unroll
+  for (int j = 0; j < kMaxPer; ++j) in[j] = j < per && first + j * kWarpSize + lane < n;
   begin_after_prior_grid();
   std::int32_t key[kMaxPer];  // -1: dropped, or past this warp's steps
 #pragma unroll
-  for (int j = 0; j < kMaxPer; ++j) {
-    const int i = first + j * kWarpSize + lane;
-    key[j] = (j < per && i < n) ? src.load(i).key : -1;
-  }
+  for (int j = 0; j < kMaxPer; ++j) key[j] = in[j] ? src.load(first + j * kWarpSize + lane).key : -1;
   __syncthreads();
-  lane_mask_t hit[kMaxPer][kK];  // lanes holding owned expert mine + k, per step: ranks them again when placing
-  std::int32_t run[kK] = {};     // this warp's ids of each owned expert (the same in every lane)
+  std::int32_t run[kK] = {};  // this warp's ids of each owned expert so far (the same in every lane)
+  std::int32_t rank[kMaxPer];  // an owned id: this warp's ids of its expert before it, later its position
+  const auto sink = static_cast<std::uint32_t>(E + lane);  // a dropped id (-1, the largest unsigned) counts here
 #pragma unroll
   for (int j = 0; j < kMaxPer; ++j) {
-    if (key[j] >= 0) atomicAdd(&hist[key[j]], 1);
+    atomicAdd(&hist[min(static_cast<std::uint32_t>(key[j]), sink)], 1);  // no branch: a test per id was ~9 instructions
+    rank[j] = 0;
 #pragma unroll
     for (int k = 0; k < kK; ++k) {
-      hit[j][k] = ballot(key[j] == mine + k);
-      run[k] += popc(hit[j][k]);
+      const lane_mask_t hit = ballot(key[j] == mine + k);
+      if (key[j] == mine + k) rank[j] = run[k] + popc(hit & lanes_below());
+      run[k] += popc(hit);
     }
   }
   if (lane == 0) {
@@ -592,31 +606,39 @@ __global__ void __launch_bounds__(kOwnedMaxThreads) owned_kernel(Src src, int pe
   __syncthreads();  // W <= kWarpSize
   before = warp_sum(lane < W ? sums[lane] : 0);
   total = warp_sum(lane < W ? sums[W + lane] : 0);
+  std::int32_t count[kK], start[kK];  // each owned expert's ids and padded start; none past the last expert
 #pragma unroll
-  for (int k = 0; k < kK; ++k) {  // each owned expert: its padding and expert_ids, its ids' start
-    if (mine + k >= E) break;     // the last block may own fewer
-    const std::int32_t count = hist[mine + k], padded = out.padded(count);
-#pragma unroll 1
-    for (int p = before + count + tid; p < before + padded; p += T) out.sorted[p] = out.numel;
-#pragma unroll 1
-    for (int b = out.blocks(before) + tid; b < out.blocks(before + padded); b += T) out.expert_ids[b] = mine + k;
-    at[k] += before;
-    before += padded;
+  for (int k = 0; k < kK; ++k) count[k] = mine + k < E ? hist[mine + k] : 0;
+#pragma unroll
+  for (int k = 0; k < kK; ++k) {
+    start[k] = before;
+    before += out.padded(count[k]);
   }
 #pragma unroll
   for (int j = 0; j < kMaxPer; ++j) {
 #pragma unroll
-    for (int k = 0; k < kK; ++k) {
-      if (key[j] == mine + k) out.sorted[at[k] + popc(hit[j][k] & lanes_below())] = first + j * kWarpSize + lane;
-      at[k] += popc(hit[j][k]);
-    }
+    for (int k = 0; k < kK; ++k) rank[j] += key[j] == mine + k ? at[k] + start[k] : 0;
+    if (static_cast<std::uint32_t>(key[j] - mine) < kK) out.sorted[rank[j]] = first + j * kWarpSize + lane;
+  }
+#pragma unroll
+  for (int k = 0; k < kK; ++k) {
+    if (w != (k < W ? k : k % W)) continue;  // a warp per owned expert writes its padding and expert_ids
+    const std::int32_t end = start[k] + out.padded(count[k]);
+#pragma unroll 1
+    for (int p = start[k] + count[k] + lane; p < end; p += kWarpSize) out.sorted[p] = out.numel;
+#pragma unroll 1
+    for (int b = out.blocks(start[k]) + lane; b < out.blocks(end); b += kWarpSize) out.expert_ids[b] = mine + k;
   }
   if (blockIdx.x == 0 && tid == 0) *out.post_pad = total;
-  // most of the grid's threads hold no tail element: they skip fill_range's address arithmetic (0.91-0.94 of
-  // the time with >= 256 experts; the same test inside fill_range cost the cluster 1-3 %: perf/NOTES.md step 27)
-  const std::uint32_t thread = blockIdx.x * blockDim.x + threadIdx.x, threads = gridDim.x * blockDim.x;
+  // the tail's threads are numbered across the blocks from each block's last lane, so its few stores fall on
+  // the last warp of each block (not on every warp of the first blocks, nor on the warps that write the owned
+  // experts' padding). Most threads hold no tail element: they skip fill_range's address arithmetic (0.91-0.94
+  // of the time with >= 256 experts; the same test inside fill_range cost the cluster 1-3 %: NOTES step 27)
+  const std::uint32_t thread = (blockDim.x - 1 - threadIdx.x) * gridDim.x + blockIdx.x,
+                      threads = gridDim.x * blockDim.x;
   const std::int32_t used_blocks = out.blocks(total);
-  if (fills_any(total, out.max_padded, thread)) fill_range(out.sorted, total, out.max_padded, out.numel, thread, threads);
+  if (fills_any(total, out.max_padded, thread))
+    fill_range(out.sorted, total, out.max_padded, out.numel, thread, threads);
   if (fills_any(used_blocks, out.max_blocks, thread))
     fill_range(out.expert_ids, used_blocks, out.max_blocks, -1, thread, threads);
 }
