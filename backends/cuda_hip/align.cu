@@ -147,9 +147,12 @@ void align_typed(const detail::AlignShape& s, const detail::AlignArgs& a, const 
       const auto blocks = static_cast<unsigned>((s.num_experts + k - 1) / k);
       with_steps<gpu::kOwnedItems>(p.owned_per, [&](auto per) {
         with_steps<kOwnedMaxExpertsPerBlock>(k, [&](auto experts) {  // k is a power of two: P == k
-          gpu::launch<gpu::owned_kernel<decltype(per)::value, decltype(experts)::value, gpu::IdSource<IdT>>>(
-              "owned_kernel", blocks, static_cast<unsigned>(p.owned_threads),
-              gpu::owned_smem_bytes(warps, s.num_experts, k), stream, src, p.owned_per, out);
+          with_flag(shift >= 0, [&](auto pow2) {  // the block size's form fixed: no branch per padded size
+            gpu::launch<gpu::owned_kernel<decltype(per)::value, decltype(experts)::value, decltype(pow2)::value,
+                                          gpu::IdSource<IdT>>>(
+                "owned_kernel", blocks, static_cast<unsigned>(p.owned_threads),
+                gpu::owned_smem_bytes(warps, s.num_experts, k), stream, src, p.owned_per, out);
+          });
         });
       });
       return;

@@ -90,6 +90,19 @@ struct AlignOut {
   // kOwned took 0.86-0.98 of its time, kTiny 0.89-0.93 (perf/NOTES.md step 27).
   MOE_DEVICE std::int32_t blocks(std::int32_t x) const { return block_shift >= 0 ? x >> block_shift : x / block_size; }
   MOE_DEVICE std::int32_t padded(std::int32_t x) const { return blocks(x + block_size - 1) * block_size; }
+  // the same where the kernel is built for one form of block_size (a power of two or not): no branch at each
+  // use. kOwned with the form as a template argument ran 311 instructions per warp instead of 337 and took
+  // 0.91-0.97 of the time up to 512 experts (256x8: 2.04 -> 1.94 us; perf/NOTES.md step 46)
+  template <bool kPow2>
+  MOE_DEVICE std::int32_t blocks_as(std::int32_t x) const {
+    if constexpr (kPow2) return x >> block_shift;
+    else return x / block_size;
+  }
+  template <bool kPow2>
+  MOE_DEVICE std::int32_t padded_as(std::int32_t x) const {
+    if constexpr (kPow2) return (x + block_size - 1) & -block_size;
+    else return blocks_as<false>(x + block_size - 1) * block_size;
+  }
 };
 
 using layout::round_up;
@@ -528,24 +541,24 @@ inline std::size_t owned_smem_bytes(int warps, std::int32_t experts, int experts
          (std::size_t(experts) + kWarpSize + std::size_t(experts_per_block + 2) * std::size_t(warps));
 }
 
-// kOwned: block b reads ALL ids and owns kK consecutive experts from b * kK. It counts every expert in shared
-// memory (for its experts' padded starts and the padded total) and ranks only its own experts' ids, one ballot
-// per owned expert and warp step. Warp w holds `per` (<= kMaxPer, the smallest power of two that covers it:
-// align.cu, with_steps) steps of kWarpSize consecutive ids from w * per * kWarpSize in registers, so (warp,
-// step, lane) order is index order and ranks are stable. Each owned id is ranked during the count (among its
-// warp's ids of its expert); once the prefix over warps and its expert's start are known, placing it is one
-// store. The whole kernel is one dependent chain per warp, so its time follows the instructions on that chain:
-// ranking at the count, branch-free histogram atomics, a warp (not the block) per owned expert's padding and
-// expert_ids, and the tail's stores spread over the blocks' last warps cut ~380 to ~337 per warp at 256x8
-// (0.83-0.92 of the time over kOwned's shapes, perf/NOTES.md step 45). The block-wide sums (the padded sizes
-// before its first expert and of all, each owned expert's ids in the warps before each warp) are warp sums, one
-// instruction on sm_80+, not prefix scans: 0.79-0.95 of the time of the scans (perf/NOTES.md step 25). The
-// block writes its experts' part of both outputs (ids, padding, expert_ids) and a strip of the tails. Blocks
-// never talk to each other: one launch, no grid barrier, no workspace, each output element written once; the
-// price is that every block reads all ids (from L2 after the first). How the ids and experts are cut
-// (align_plan.hpp, align.cu): about 4 ids per thread, and as many experts per block as keep the grid near 16
+// kOwned: block b reads ALL ids and owns kK consecutive experts from b * kK. It counts every expert in shared memory
+// (for its experts' padded starts and the padded total) and ranks only its own experts' ids, one ballot per owned
+// expert and warp step. Warp w holds `per` (<= kMaxPer, the smallest power of two that covers it: align.cu,
+// with_steps) steps of kWarpSize consecutive ids from w * per * kWarpSize in registers, so (warp, step, lane) order
+// is index order and ranks are stable. Each owned id is ranked during the count (among its warp's ids of its
+// expert); once the prefix over warps and its expert's start are known, placing it is one store. The whole kernel is
+// one dependent chain per warp, so its time follows the instructions on that chain: ranking at the count,
+// branch-free histogram atomics, a warp (not the block) per owned expert's padding and expert_ids, and the tail's
+// stores spread over the blocks' last warps cut ~380 to ~337 per warp at 256x8 (0.83-0.92 of the time over kOwned's
+// shapes, perf/NOTES.md step 45); kPow2, the block size's form fixed at compile time (padded_as), to 311 (step 46).
+// The block-wide sums (the padded sizes before its first expert and of all, each owned expert's ids in the warps
+// before each warp) are warp sums, one instruction on sm_80+, not prefix scans: 0.79-0.95 of the time of the scans
+// (perf/NOTES.md step 25). The block writes its experts' part of both outputs (ids, padding, expert_ids) and a strip
+// of the tails. Blocks never talk to each other: one launch, no grid barrier, no workspace, each output element
+// written once; the price is that every block reads all ids (from L2 after the first). How the ids and experts are
+// cut (align_plan.hpp, align.cu): about 4 ids per thread, and as many experts per block as keep the grid near 16
 // warps per SM; more blocks than that made the call issue-bound (perf/NOTES.md step 37).
-template <int kMaxPer, int kK, class Src>
+template <int kMaxPer, int kK, bool kPow2, class Src>
 __global__ void __launch_bounds__(kOwnedMaxThreads) owned_kernel(Src src, int per, AlignOut out) {
   extern __shared__ std::int32_t smem[];
   const int E = out.num_experts, W = warps_per_block(), w = warp_id(), lane = lane_id();
@@ -590,7 +603,7 @@ __global__ void __launch_bounds__(kOwnedMaxThreads) owned_kernel(Src src, int pe
   std::int32_t before = 0, total = 0;
 #pragma unroll 1
   for (int e = tid; e < E; e += T) {
-    const std::int32_t padded = out.padded(hist[e]);
+    const std::int32_t padded = out.padded_as<kPow2>(hist[e]);
     total += padded;
     if (e < mine) before += padded;
   }
@@ -612,7 +625,7 @@ __global__ void __launch_bounds__(kOwnedMaxThreads) owned_kernel(Src src, int pe
 #pragma unroll
   for (int k = 0; k < kK; ++k) {
     start[k] = before;
-    before += out.padded(count[k]);
+    before += out.padded_as<kPow2>(count[k]);
   }
 #pragma unroll
   for (int j = 0; j < kMaxPer; ++j) {
@@ -623,11 +636,12 @@ __global__ void __launch_bounds__(kOwnedMaxThreads) owned_kernel(Src src, int pe
 #pragma unroll
   for (int k = 0; k < kK; ++k) {
     if (w != (k < W ? k : k % W)) continue;  // a warp per owned expert writes its padding and expert_ids
-    const std::int32_t end = start[k] + out.padded(count[k]);
+    const std::int32_t end = start[k] + out.padded_as<kPow2>(count[k]);
 #pragma unroll 1
     for (int p = start[k] + count[k] + lane; p < end; p += kWarpSize) out.sorted[p] = out.numel;
 #pragma unroll 1
-    for (int b = out.blocks(start[k]) + lane; b < out.blocks(end); b += kWarpSize) out.expert_ids[b] = mine + k;
+    for (int b = out.blocks_as<kPow2>(start[k]) + lane, last = out.blocks_as<kPow2>(end); b < last; b += kWarpSize)
+      out.expert_ids[b] = mine + k;
   }
   if (blockIdx.x == 0 && tid == 0) *out.post_pad = total;
   // the tail's threads are numbered across the blocks from each block's last lane, so its few stores fall on
@@ -636,7 +650,7 @@ __global__ void __launch_bounds__(kOwnedMaxThreads) owned_kernel(Src src, int pe
   // of the time with >= 256 experts; the same test inside fill_range cost the cluster 1-3 %: NOTES step 27)
   const std::uint32_t thread = (blockDim.x - 1 - threadIdx.x) * gridDim.x + blockIdx.x,
                       threads = gridDim.x * blockDim.x;
-  const std::int32_t used_blocks = out.blocks(total);
+  const std::int32_t used_blocks = out.blocks_as<kPow2>(total);
   if (fills_any(total, out.max_padded, thread))
     fill_range(out.sorted, total, out.max_padded, out.numel, thread, threads);
   if (fills_any(used_blocks, out.max_blocks, thread))
