@@ -138,7 +138,10 @@ void align_typed(const detail::AlignShape& s, const detail::AlignArgs& a, const 
     case gpu::AlignPath::kTiny: {
       // about 16 16-byte stores per thread for the sentinel tail
       const unsigned grid = std::min(2048u, blocks_for(std::max(s.max_padded, s.max_blocks), gpu::kThreads * 64));
-      gpu::launch<gpu::tiny_kernel<gpu::IdSource<IdT>>>("tiny_kernel", grid, gpu::kThreads, 0, stream, src, out);
+      with_flag(shift >= 0, [&](auto pow2) {
+        gpu::launch<gpu::tiny_kernel<decltype(pow2)::value, gpu::IdSource<IdT>>>("tiny_kernel", grid, gpu::kThreads, 0,
+                                                                                  stream, src, out);
+      });
       return;
     }
     case gpu::AlignPath::kOwned: {

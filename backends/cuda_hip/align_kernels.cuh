@@ -92,7 +92,8 @@ struct AlignOut {
   MOE_DEVICE std::int32_t padded(std::int32_t x) const { return blocks(x + block_size - 1) * block_size; }
   // the same where the kernel is built for one form of block_size (a power of two or not): no branch at each
   // use. kOwned with the form as a template argument ran 311 instructions per warp instead of 337 and took
-  // 0.91-0.97 of the time up to 512 experts (256x8: 2.04 -> 1.94 us; perf/NOTES.md step 46)
+  // 0.91-0.97 of the time up to 512 experts (256x8: 2.04 -> 1.94 us), kTiny 0.91-0.96 (1x8: 1.42 -> 1.34 us;
+  // perf/NOTES.md step 46)
   template <bool kPow2>
   MOE_DEVICE std::int32_t blocks_as(std::int32_t x) const {
     if constexpr (kPow2) return x >> block_shift;
@@ -661,7 +662,7 @@ __global__ void __launch_bounds__(kOwnedMaxThreads) owned_kernel(Src src, int pe
 // layout from them alone: the experts present and their counts (match_bucket), each one's padded start (the
 // padded counts of present experts with smaller numbers). Nothing is kept per expert, so 65536 experts cost
 // what 8 do. Block 0 writes the occupied part [0, total) of both outputs; the grid the rest.
-template <class Src>
+template <bool kPow2, class Src>
 __global__ void __launch_bounds__(kThreads) tiny_kernel(Src src, AlignOut out) {
   // The next call may be scheduled before this one even starts waiting (safe: that call's wait is for this
   // grid's completion): 0.94-0.96 of the time. Not in kOwned, whose hundreds of waiting blocks then held SM
@@ -673,7 +674,7 @@ __global__ void __launch_bounds__(kThreads) tiny_kernel(Src src, AlignOut out) {
   const bool valid = key >= 0;
   const lane_mask_t peers = match_bucket(valid ? key : 0, valid, src.digit.bits);
   const bool leader = valid && (peers & lanes_below()) == 0;
-  const std::int32_t padded = leader ? out.padded(popc(peers)) : 0;
+  const std::int32_t padded = leader ? out.padded_as<kPow2>(popc(peers)) : 0;
   std::int32_t start = 0, total = 0;  // start: of my expert
   for (int j = 0; j < n; ++j) {  // n <= 32: uniform
     const std::int32_t kj = shfl(key, j), pj = shfl(padded, j);
@@ -687,13 +688,15 @@ __global__ void __launch_bounds__(kThreads) tiny_kernel(Src src, AlignOut out) {
     __syncthreads();  // sentinels first, ids over them
     if (warp_id() == 0) {
       if (valid) out.sorted[start + popc(peers & lanes_below())] = lane;
-      if (leader)
-        for (std::int32_t q = out.blocks(start); q < out.blocks(start + padded); ++q) out.expert_ids[q] = key;
+      if (leader) {
+        for (std::int32_t q = out.blocks_as<kPow2>(start), end = out.blocks_as<kPow2>(start + padded); q < end; ++q)
+          out.expert_ids[q] = key;
+      }
       if (lane == 0) *out.post_pad = total;
     }
   }
   fill_range(out.sorted, total, out.max_padded, out.numel, thread, threads);
-  fill_range(out.expert_ids, out.blocks(total), out.max_blocks, -1, thread, threads);
+  fill_range(out.expert_ids, out.blocks_as<kPow2>(total), out.max_blocks, -1, thread, threads);
 }
 
 // kRadix, between the passes: per-expert unpadded and padded starts, and the padded total, by one block, over
