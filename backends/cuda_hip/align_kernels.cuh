@@ -88,7 +88,9 @@ struct AlignOut {
   // x / block_size, and x rounded up to a multiple of it (x >= 0): a shift where block_size is a power of two.
   // An integer division is ~20 instructions, several of them on the chain of each small call: with shifts
   // kOwned took 0.86-0.98 of its time, kTiny 0.89-0.93 (perf/NOTES.md step 27).
-  MOE_DEVICE std::int32_t blocks(std::int32_t x) const { return block_shift >= 0 ? x >> block_shift : x / block_size; }
+  MOE_DEVICE std::int32_t blocks(std::int32_t x) const {
+    return block_shift >= 0 ? blocks_as<true>(x) : blocks_as<false>(x);
+  }
   MOE_DEVICE std::int32_t padded(std::int32_t x) const { return blocks(x + block_size - 1) * block_size; }
   // the same where the kernel is built for one form of block_size (a power of two or not): no branch at each
   // use. kOwned with the form as a template argument ran 311 instructions per warp instead of 337 and took
@@ -636,7 +638,8 @@ __global__ void __launch_bounds__(kOwnedMaxThreads) owned_kernel(Src src, int pe
   }
 #pragma unroll
   for (int k = 0; k < kK; ++k) {
-    if (w != (k < W ? k : k % W)) continue;  // a warp per owned expert writes its padding and expert_ids
+    // a warp per owned expert writes its padding and expert_ids (k % W, without the division where k < W)
+    if (w != (k < W ? k : k % W)) continue;
     const std::int32_t end = start[k] + out.padded_as<kPow2>(count[k]);
 #pragma unroll 1
     for (int p = start[k] + count[k] + lane; p < end; p += kWarpSize) out.sorted[p] = out.numel;
