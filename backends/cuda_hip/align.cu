@@ -29,12 +29,15 @@ unsigned blocks_for(std::int64_t work, std::int64_t per_block) {
   return static_cast<unsigned>((work + per_block - 1) / per_block);
 }
 
-// kGrid needs all its blocks resident at once (cooperative launch); otherwise the caller takes kDirect.
+// kGrid needs all its blocks resident at once (cooperative launch); otherwise the caller takes kDirect. At most
+// kGridMaxBlocksPerSm of them per SM: 4 per SM (512 blocks at 262144x8, once kGrid's registers allowed it) took
+// 1.07x kDirect's time (H200, perf/NOTES.md step 47).
+constexpr int kGridMaxBlocksPerSm = 3;
 template <class Kernel>
 bool grid_fits(const AlignPlan& p, std::size_t smem, Kernel kernel) {
   int per_sm = 0;
   gpu::check(gpu::max_active_blocks(&per_sm, kernel, gpu::kThreads, smem), "occupancy query");
-  return std::int64_t{per_sm} * gpu::device_sm_count() >= p.grid_blocks;
+  return std::int64_t{std::min(per_sm, kGridMaxBlocksPerSm)} * gpu::device_sm_count() >= p.grid_blocks;
 }
 
 // The three multi-block phases (rank, scan, scatter) over the plan's warp segments.

@@ -318,28 +318,42 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // ---- the block-resident paths (kGrid, kCluster) ----------------------------------------------------------
+// A ranked id in one register: its expert (or -1) and its rank among its warp's ids of that expert. The resident
+// kernels hold kMaxPer of them across their barriers; as two registers each, kGrid's 16 spilled (perf/NOTES.md
+// step 47).
+static_assert(kDirectMaxExperts < (1 << 11), "a ranked id packs its expert in 11 bits");
+MOE_DEVICE std::int32_t pack_ranked(std::int32_t key, std::int32_t rank) { return rank << 11 | (key + 1); }
+MOE_DEVICE std::int32_t ranked_key(std::int32_t packed) { return (packed & ((1 << 11) - 1)) - 1; }
+MOE_DEVICE std::int32_t ranked_rank(std::int32_t packed) { return packed >> 11; }
+
 // A block ranks its ids in registers: warp w ranks `per` steps of kWarpSize consecutive ids from `first`
-// (one load per id, all in flight before the first rank). Shared memory holds one row of counters per warp
-// (stride E + 1); afterwards row w holds, per expert, the ids of that expert in warps before w (the block's
-// exclusive prefix over warps), and block_count[e] the block's total. Index math is 32-bit: numel < 2^31.
+// (load_keys: one load per id, all in flight before the first rank, issued before the kernel's sentinel fill).
+// Shared memory holds one row of counters per warp (stride E + 1, cleared by clear_rows); afterwards row w holds,
+// per expert, the ids of that expert in warps before w (the block's exclusive prefix over warps), and
+// block_count[e] the block's total, set by thread e % blockDim: other threads read them after the caller's next
+// barrier (a cluster or grid barrier, each a block barrier too). Index math is 32-bit: numel < 2^31.
 template <int kMaxPer, class Src>
-__device__ void rank_block(const Src& src, int first, int per, std::int32_t* rows, std::int32_t* block_count,
-                           std::int32_t (&key)[kMaxPer], std::int32_t (&rank)[kMaxPer]) {
-  const int E = src.num_experts, stride = E + 1, lane = lane_id(), W = warps_per_block();
+MOE_DEVICE void load_keys(const Src& src, int first, int per, std::int32_t (&key)[kMaxPer]) {
   const int n = static_cast<int>(src.size());
-  for (int t = threadIdx.x; t < W * stride; t += blockDim.x) rows[t] = 0;
 #pragma unroll
   for (int j = 0; j < kMaxPer; ++j) {
-    const int i = first + j * kWarpSize + lane;
+    const int i = first + j * kWarpSize + lane_id();
     key[j] = (j < per && i < n) ? src.load(i).key : -1;
   }
-  __syncthreads();
+}
+// ranked: the keys of load_keys on entry, the ranked ids (pack_ranked) on return.
+template <int kMaxPer, class Src>
+__device__ void rank_block(const Src& src, int per, std::int32_t* rows, std::int32_t* block_count,
+                           std::int32_t (&ranked)[kMaxPer]) {
+  const int E = src.num_experts, stride = E + 1, W = warps_per_block();
+  __syncthreads();  // the rows cleared (clear_rows) before any count
   std::int32_t* row = rows + warp_id() * stride;
 #pragma unroll
   for (int j = 0; j < kMaxPer; ++j) {
     if (j >= per) continue;  // warp-uniform (no break: it would stop unrolling)
-    const bool valid = key[j] >= 0;
-    rank[j] = rank_step(valid ? key[j] : 0, valid, src.digit.bits, row);  // bucket = expert here
+    const std::int32_t key = ranked[j];
+    const bool valid = key >= 0;
+    ranked[j] = pack_ranked(key, rank_step(valid ? key : 0, valid, src.digit.bits, row));  // bucket = expert here
   }
   __syncthreads();
   for (int e = threadIdx.x; e < E; e += blockDim.x) {  // per expert: prefix over the rows, in warp order
@@ -354,51 +368,115 @@ __device__ void rank_block(const Src& src, int first, int per, std::int32_t* row
     }
     block_count[e] = run;
   }
-  __syncthreads();
+}
+
+// rank_block's rows cleared: the block's own shared memory, so its kernel does it before waiting on the kernel
+// before it (kOwned's way, perf/NOTES.md step 31); rank_block's first barrier orders it before the counts.
+MOE_DEVICE void clear_rows(std::int32_t* rows, int E) {
+  for (int t = threadIdx.x; t < warps_per_block() * (E + 1); t += blockDim.x) rows[t] = 0;
 }
 
 // The ranked ids of rank_block to their places: base[e] is where this block's ids of expert e begin.
 template <int kMaxPer>
 __device__ void place_block(const std::int32_t* rows, const std::int32_t* base, int E, int first, int per,
-                            const std::int32_t (&key)[kMaxPer], const std::int32_t (&rank)[kMaxPer],
-                            const AlignOut& out) {
+                            const std::int32_t (&ranked)[kMaxPer], const AlignOut& out) {
   const std::int32_t* row = rows + warp_id() * (E + 1);
 #pragma unroll
   for (int j = 0; j < kMaxPer; ++j) {
     if (j >= per) continue;
-    if (key[j] >= 0) out.sorted[base[key[j]] + row[key[j]] + rank[j]] = first + j * kWarpSize + lane_id();
+    const std::int32_t key = ranked_key(ranked[j]);
+    if (key >= 0) out.sorted[base[key] + row[key] + ranked_rank(ranked[j])] = first + j * kWarpSize + lane_id();
   }
 }
 
 // Shared memory of the block-resident kernels (kGrid, kCluster), carved from their dynamic shared
-// memory: rows [W * (E + 1)], count [E] (the block's count per expert, or all blocks'), start [E], base [E],
-// scratch [W + 1].
+// memory: rows [W * (E + 1)], count [E] (the block's count per expert), start [E], base [E], scratch
+// [kResidentScanRows * W] (block_scan_owned's, a row per kThreads experts).
+constexpr int kResidentScanRows = (kDirectMaxExperts + kThreads - 1) / kThreads;
 struct ResidentSmem {
   std::int32_t *rows, *count, *start, *base, *scratch;
   MOE_DEVICE ResidentSmem(std::int32_t* smem, int W, int E)
       : rows(smem), count(smem + W * (E + 1)), start(count + E), base(start + E), scratch(base + E) {}
 };
 inline std::size_t resident_smem_bytes(int warps, std::int32_t experts) {
-  return sizeof(std::int32_t) * (std::size_t(warps) * (experts + 1) + 3 * std::size_t(experts) + warps + 1);
+  return sizeof(std::int32_t) *
+         (std::size_t(warps) * (experts + 1) + 3 * std::size_t(experts) + std::size_t(kResidentScanRows) * warps);
 }
 
-// The last phase of the block-resident kernels, once start[e] holds expert e's padded size and base[e] the ids
-// of e that blocks before this one hold: padded starts, the block's ids placed, the padded total (block 0)
-// and expert_ids (spread over `threads`).
+// expert_ids from the padded starts (start[e] of E experts, any memory; total: the padded total), by warp `warp` of
+// `warps`. With fewer experts than warps: a warp per expert, its lanes over the expert's blocks, and the -1 tail
+// over the warps left (no expert's blocks on the warps that write it). Otherwise a warp per 32 experts, a lane
+// each: one load of its padded range, the lane writes the expert's first kFillOwn blocks itself and the whole warp
+// the rest of each expert that has more (skewed ids), one such expert at a time; the tail over all warps. No search
+// per block of expert_ids: with a binary search over the starts per block, 16 dependent loads at 65536 experts,
+// kRadix's expert_ids took 8.9 us under ncu against 5.9 (perf/NOTES.md step 40), and in kClusterGrid at 4096x8
+// the block that held most of the searches left 0.5 us after the others. A warp per 32 experts alone put up to 32
+// experts' blocks on one warp (1.2-1.6x the time with 8-64 experts), a warp per expert alone put 8 experts on
+// each warp of kCluster with 512 (1.15x); the tail on one warp took 1.03x with ids of 1 expert in 8 kept (step 47).
+constexpr int kFillOwn = 4;
+__device__ inline void write_expert_ids(const std::int32_t* start, int E, std::int32_t total, const AlignOut& out,
+                                        int warp, int warps) {
+  const int lane = lane_id();
+  const std::int32_t used = out.blocks(total);
+  if (E < warps) {
+    if (warp < E) {
+      const std::int32_t lo = out.blocks(start[warp]), hi = warp + 1 < E ? out.blocks(start[warp + 1]) : used;
+      for (std::int32_t i = lo + lane; i < hi; i += kWarpSize) out.expert_ids[i] = warp;
+    } else {
+      fill_range(out.expert_ids, used, out.max_blocks, -1, (warp - E) * kWarpSize + lane, (warps - E) * kWarpSize);
+    }
+    return;
+  }
+#pragma unroll 1
+  for (int e = warp * kWarpSize + lane; e - lane < E; e += warps * kWarpSize) {  // warp-uniform
+    const std::int32_t begin = e < E ? start[e] : total;
+    const std::int32_t end = e + 1 < E ? start[e + 1] : total;
+    const std::int32_t b0 = out.blocks(begin), count = out.blocks(end) - b0;
+#pragma unroll
+    for (int q = 0; q < kFillOwn; ++q)
+      if (q < count) out.expert_ids[b0 + q] = e;
+    lane_mask_t more = ballot(count > kFillOwn);
+    while (more != 0) {  // warp-uniform
+      const int k = lowest_lane(more);
+      more &= more - 1;
+      const std::int32_t first = shfl(b0, k), rest = shfl(count, k), which = shfl(e, k);
+#pragma unroll 1
+      for (std::int32_t q = kFillOwn + lane; q < rest; q += kWarpSize) out.expert_ids[first + q] = which;
+    }
+  }
+  fill_range(out.expert_ids, used, out.max_blocks, -1, warp * kWarpSize + lane, warps * kWarpSize);
+}
+
+// The last phase of the block-resident kernels (blocks of kThreads). Each thread has set, for its experts e = t,
+// t + kThreads, ..., start[e] = expert e's padded size and base[e] = the ids of e that blocks before this one hold;
+// the block scan reads only those, so no barrier between the exchange and the scan. Then the padded starts,
+// expert_ids, the block's ids placed and the padded total (block 0). From the grid or cluster barrier to the
+// placing: two block barriers and one warp scan (a block scan over all of start[] and the barriers around it had
+// taken 0.58 us of kClusterGrid's 5.4 after its wait at 4096x8, perf/NOTES.md step 47).
 template <int kMaxPer>
-__device__ void place_padded(const ResidentSmem& sm, int E, int first, int per, const std::int32_t (&key)[kMaxPer],
-                             const std::int32_t (&rank)[kMaxPer], const AlignOut& out, bool block0, std::int64_t thread,
-                             std::int64_t threads) {
+__device__ void place_padded(const ResidentSmem& sm, int E, int first, int per, const std::int32_t (&ranked)[kMaxPer],
+                             const AlignOut& out, bool block0) {
+  const auto set = [&](int e, std::int32_t at) {
+    sm.start[e] = at;
+    sm.base[e] += at;
+  };
+  const std::int32_t total = block_scan_owned<kThreads / kWarpSize>(sm.start, E, sm.scratch, set);
   __syncthreads();
-  const std::int32_t total = block_exclusive_scan(sm.start, E, sm.scratch);
-  for (int e = threadIdx.x; e < E; e += blockDim.x) sm.base[e] += sm.start[e];
-  __syncthreads();
-  place_block(sm.rows, sm.base, E, first, per, key, rank, out);
+  // expert_ids before the placing, whose scattered stores its few loads would otherwise queue behind (0.45 us per
+  // block in kClusterGrid at 4096x8, perf/NOTES.md step 47). Warps numbered across the blocks first: consecutive
+  // experts on different blocks.
+  const int B = static_cast<int>(gridDim.x);
+  write_expert_ids(sm.start, E, total, out, warp_id() * B + static_cast<int>(blockIdx.x), B * warps_per_block());
+  place_block(sm.rows, sm.base, E, first, per, ranked, out);
   if (block0 && threadIdx.x == 0) *out.post_pad = total;
-  fill_expert_ids(ExpertLayout{sm.start, E}, total, out, thread, threads);
 }
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(MOE_GPU_HIP)
+// Arrive at the cluster barrier without release semantics: cooperative_groups' barrier_arrive orders every earlier
+// memory access of the block first, the table's global stores included, and kClusterGrid's grid barrier then
+// waited 0.3-0.4 us longer (perf/NOTES.md step 47). The barrier's wait (barrier_wait) keeps its acquire.
+MOE_DEVICE void cluster_arrive_relaxed() { asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory"); }
+
 // cluster_kernel: expert e's count in the blocks of this cluster before this one, and in all of them,
 // read from each block's shared memory (its count per expert at block_count), all loads in flight at once.
 MOE_DEVICE void cluster_counts(const cooperative_groups::cluster_group& cluster, std::int32_t* block_count, int e,
@@ -425,16 +503,18 @@ MOE_DEVICE void cluster_counts(const cooperative_groups::cluster_group& cluster,
 template <int kMaxPer, class Src>
 __global__ void __launch_bounds__(kThreads) grid_kernel(Src src, int per, std::int32_t* table,
                                                         std::int32_t* totals, AlignOut out) {
-  begin_after_prior_grid();
   extern __shared__ std::int32_t smem[];
   const int E = out.num_experts, W = warps_per_block(), B = gridDim.x, b = blockIdx.x;
   const ResidentSmem sm(smem, W, E);
+  clear_rows(sm.rows, E);
+  begin_after_prior_grid();
   std::int32_t* count = sm.count;
   const int first = (b * W + warp_id()) * per * kWarpSize;
   const std::int64_t thread = std::int64_t{b} * blockDim.x + threadIdx.x, threads = std::int64_t{B} * blockDim.x;
+  std::int32_t ranked[kMaxPer];
+  load_keys(src, first, per, ranked);    // in flight during the fill
   fill_sentinels(out, thread, threads);  // ordered before place_block by the grid barriers
-  std::int32_t key[kMaxPer], rank[kMaxPer];
-  rank_block(src, first, per, sm.rows, count, key, rank);
+  rank_block(src, per, sm.rows, count, ranked);
   for (int e = threadIdx.x; e < E; e += blockDim.x) table[e * B + b] = count[e];
   sync_grid();
   const int warps = B * W;
@@ -458,11 +538,11 @@ __global__ void __launch_bounds__(kThreads) grid_kernel(Src src, int per, std::i
     if (lane_id() == kWarpSize - 1) totals[e] = incl;
   }
   sync_grid();
-  for (int e = threadIdx.x; e < E; e += blockDim.x) {
+  for (int e = threadIdx.x; e < E; e += blockDim.x) {  // the experts place_padded's scan gives this thread
     sm.start[e] = out.padded(totals[e]);
     sm.base[e] = table[e * B + b];
   }
-  place_padded(sm, E, first, per, key, rank, out, b == 0, thread, threads);
+  place_padded(sm, E, first, per, ranked, out, b == 0);
 }
 
 #if !defined(MOE_GPU_HIP)
@@ -475,7 +555,7 @@ __global__ void __launch_bounds__(kThreads) grid_kernel(Src src, int per, std::i
 //      grid barriers and global table (its release/acquire orders every block's sentinel stores before the
 //      id stores of any).
 //   SEVERAL (kClusterGrid, a cooperative launch of C clusters): block rank 0 writes its cluster's total per
-//      expert to table[e * C + cluster]                                                 | grid barrier
+//      expert to table[cluster * E + e]                                                 | grid barrier
 //      every block adds the totals of the clusters before its own, read from that small table: only one
 //      count per expert and cluster crosses the grid, and one grid barrier replaces kGrid's two (and kGrid's
 //      per-expert scan between them). (No barrier at all, every cluster counting all ids again instead, cost
@@ -489,36 +569,37 @@ template <int kMaxPer, bool kMany, class Src>
 __global__ void __launch_bounds__(kThreads) cluster_kernel(Src src, int per, std::int32_t* table, AlignOut out) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   namespace cg = cooperative_groups;
-  begin_after_prior_grid();
   extern __shared__ std::int32_t smem[];
   const cg::cluster_group cluster = cg::this_cluster();
   const int E = out.num_experts, W = warps_per_block(), B = gridDim.x, b = blockIdx.x;
   const int R = static_cast<int>(cluster.num_blocks()), r = static_cast<int>(cluster.block_rank());
   const int C = B / R, c = b / R;  // 1-D clusters are runs of R consecutive blocks
   const ResidentSmem sm(smem, W, E);
+  clear_rows(sm.rows, E);
+  begin_after_prior_grid();
   std::int32_t* block_count = sm.count;  // read by the others
   const int first = (b * W + warp_id()) * per * kWarpSize;
   const std::int64_t thread = std::int64_t{b} * blockDim.x + threadIdx.x, threads = std::int64_t{B} * blockDim.x;
+  std::int32_t ranked[kMaxPer];
+  load_keys(src, first, per, ranked);    // in flight during the fill
   fill_sentinels(out, thread, threads);  // ordered before place_block by the cluster or grid barrier
-  std::int32_t key[kMaxPer], rank[kMaxPer];
-  rank_block(src, first, per, sm.rows, block_count, key, rank);
+  rank_block(src, per, sm.rows, block_count, ranked);
   cluster.sync();
-  for (int e = threadIdx.x; e < E; e += blockDim.x) {
+  for (int e = threadIdx.x; e < E; e += blockDim.x) {  // the experts place_padded's scan gives this thread
     std::int32_t before, total;
     cluster_counts(cluster, block_count, e, before, total);
     sm.base[e] = before;
     if constexpr (!kMany) sm.start[e] = out.padded(total);
-    else if (r == 0) table[e * C + c] = total;
+    else if (r == 0) table[c * E + e] = total;  // cluster-major: coalesced here and where it is read
   }
-  cluster.barrier_arrive();  // done reading the other blocks' counts
+  cluster_arrive_relaxed();  // done reading the other blocks' counts: loads whose values are used are complete
   if constexpr (kMany) {
     sync_grid();
+    constexpr int kMaxClusters = kClusterGridMaxBlocks / kClusterMaxBlocks;
     for (int e = threadIdx.x; e < E; e += blockDim.x) {
-      const std::int32_t* col = table + e * C;
-      constexpr int kMaxClusters = kClusterGridMaxBlocks / kClusterMaxBlocks;
       std::int32_t v[kMaxClusters], before = 0, total = 0;
 #pragma unroll
-      for (int q = 0; q < kMaxClusters; ++q) v[q] = q < C ? col[q] : 0;  // all loads in flight at once
+      for (int q = 0; q < kMaxClusters; ++q) v[q] = q < C ? table[q * E + e] : 0;  // all loads in flight at once
 #pragma unroll
       for (int q = 0; q < kMaxClusters; ++q) {
         total += v[q];
@@ -528,7 +609,7 @@ __global__ void __launch_bounds__(kThreads) cluster_kernel(Src src, int per, std
       sm.start[e] = out.padded(total);
     }
   }
-  place_padded(sm, E, first, per, key, rank, out, b == 0, thread, threads);
+  place_padded(sm, E, first, per, ranked, out, b == 0);
   cluster.barrier_wait();  // no block leaves while another may still read its counts
 #else
   (void)src, (void)per, (void)table, (void)out;
@@ -760,38 +841,13 @@ __global__ void __launch_bounds__(kScanThreads) expert_scan_kernel(const std::in
   }
 }
 
-// kRadix, last: expert_ids. A warp takes 32 consecutive experts, a lane each: one load of its padded range,
-// then the lane writes the expert's first kFillOwn blocks itself, and the whole warp writes the rest of each
-// expert that has more (skewed ids), one such expert at a time. (A thread per block with a binary search over
-// the global starts, 16 dependent loads at 65536 experts, took 8.9 us there under ncu; a warp per 32 experts
-// 5.9: perf/NOTES.md step 40.) The -1 tail over the whole grid.
-constexpr int kFillOwn = 4;
+// kRadix, last: expert_ids over the grid (write_expert_ids: more experts than warps, so a lane per expert).
 __global__ void __launch_bounds__(kThreads) fill_kernel(const std::int32_t* expert_padded_start,
                                                         const std::int32_t* scalars, AlignOut out) {
   begin_after_prior_grid();
-  const int E = out.num_experts, lane = lane_id();
-  const std::int32_t total = scalars[1];
-  const std::int64_t thread = std::int64_t{blockIdx.x} * blockDim.x + threadIdx.x,
-                     threads = std::int64_t{gridDim.x} * blockDim.x;
-#pragma unroll 1
-  for (std::int64_t e = thread; e - lane < E; e += threads) {  // warp-uniform
-    const std::int32_t begin = e < E ? expert_padded_start[e] : total;
-    const std::int32_t end = e + 1 < E ? expert_padded_start[e + 1] : total;
-    const std::int32_t b0 = out.blocks(begin), count = out.blocks(end) - b0;
-    const auto expert = static_cast<std::int32_t>(e);
-#pragma unroll
-    for (int q = 0; q < kFillOwn; ++q)
-      if (q < count) out.expert_ids[b0 + q] = expert;
-    lane_mask_t more = ballot(count > kFillOwn);
-    while (more != 0) {  // warp-uniform
-      const int k = lowest_lane(more);
-      more &= more - 1;
-      const std::int32_t first = shfl(b0, k), rest = shfl(count, k), which = shfl(expert, k);
-#pragma unroll 1
-      for (std::int32_t q = kFillOwn + lane; q < rest; q += kWarpSize) out.expert_ids[first + q] = which;
-    }
-  }
-  fill_range(out.expert_ids, out.blocks(total), out.max_blocks, -1, thread, threads);
+  write_expert_ids(expert_padded_start, out.num_experts, scalars[1], out,
+                   static_cast<int>((blockIdx.x * blockDim.x + threadIdx.x) / kWarpSize),
+                   static_cast<int>(gridDim.x * blockDim.x / kWarpSize));
 }
 
 }  // namespace gpu

@@ -65,6 +65,44 @@ __device__ T block_scan_values(T v, T* scratch, T& total) {
   return scratch[warp_id()] + incl - v;
 }
 
+// Exclusive prefix sum of data[0, n) in shared memory, by a block of exactly kWarps warps in which thread t owns
+// values t, t + blockDim, t + 2 blockDim, ... and reads only those: where each thread wrote its own, no barrier is
+// needed between those writes and this scan. Calls set(i, prefix) for each owned i (after the one barrier inside)
+// and returns the total to every thread; data[] itself is left as the warps' partial prefixes. Per row of blockDim
+// values: a warp scan per warp, its sum to scratch; after the barrier every warp adds up the sums before its own
+// itself, instead of one warp scanning them between two more barriers. Strided (not a run per thread) so that the
+// owners' own loops over experts are coalesced: with runs, kClusterGrid at 4096x8 with 1024 experts took 1.23x
+// the time (perf/NOTES.md step 47). `scratch`: rows * kWarps values, read until the caller's next barrier.
+template <int kWarps, class T, class Set>
+__device__ T block_scan_owned(T* data, int n, T* scratch, Set&& set) {
+  const int w = warp_id(), lane = lane_id(), threads = kWarps * kWarpSize;
+  const int rows = (n + threads - 1) / threads;
+#pragma unroll 1
+  for (int j = 0; j < rows; ++j) {
+    const int i = j * threads + static_cast<int>(threadIdx.x);
+    const T v = i < n ? data[i] : T{0};
+    const T incl = warp_inclusive_scan(v);
+    if (i < n) data[i] = incl - v;
+    if (lane == kWarpSize - 1) scratch[j * kWarps + w] = incl;
+  }
+  __syncthreads();
+  T total = 0;
+#pragma unroll 1
+  for (int j = 0; j < rows; ++j) {
+    T row = 0, before = 0;
+#pragma unroll
+    for (int q = 0; q < kWarps; ++q) {
+      const T s = scratch[j * kWarps + q];
+      row += s;
+      before += q < w ? s : T{0};
+    }
+    const int i = j * threads + static_cast<int>(threadIdx.x);
+    if (i < n) set(i, total + before + data[i]);
+    total += row;
+  }
+  return total;
+}
+
 // Exclusive prefix sum over n values in global memory, by the whole block, with one barrier pair however long
 // the array: each warp takes a contiguous tile and walks it in rows of kWarpSize values (loads and stores
 // coalesced), kRows rows at a time with their loads in flight. It sums its tile; the block scans the warps' sums;
