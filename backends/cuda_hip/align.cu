@@ -221,3 +221,10 @@ void align_block_size(const detail::AlignShape& shape, const detail::AlignArgs& 
 
 }  // namespace backend
 }  // namespace moe
+
+#ifdef MOE_PROBE
+// perf/moe_probe's access to the records of the phase probe (phase_probe.cuh): probe builds only.
+extern "C" int moe_probe_read(unsigned long long* dst, std::size_t bytes) {
+  return cudaMemcpyFromSymbol(dst, moe::gpu::probe_record, bytes) == cudaSuccess ? 0 : 1;
+}
+#endif

@@ -8,6 +8,7 @@
 
 #include "align_plan.hpp"
 #include "padded_layout.hpp"
+#include "phase_probe.cuh"
 #include "primitives.cuh"
 
 namespace moe {
@@ -347,6 +348,7 @@ __device__ void rank_block(const Src& src, int per, std::int32_t* rows, std::int
                            std::int32_t (&ranked)[kMaxPer]) {
   const int E = src.num_experts, stride = E + 1, W = warps_per_block();
   __syncthreads();  // the rows cleared (clear_rows) before any count
+  probe_at(kProbeCleared);
   std::int32_t* row = rows + warp_id() * stride;
 #pragma unroll
   for (int j = 0; j < kMaxPer; ++j) {
@@ -356,6 +358,7 @@ __device__ void rank_block(const Src& src, int per, std::int32_t* rows, std::int
     ranked[j] = pack_ranked(key, rank_step(valid ? key : 0, valid, src.digit.bits, row));  // bucket = expert here
   }
   __syncthreads();
+  probe_at(kProbeRanked);
   for (int e = threadIdx.x; e < E; e += blockDim.x) {  // per expert: prefix over the rows, in warp order
     constexpr int kMaxW = kThreads / kWarpSize;  // blocks of kThreads: W <= kMaxW
     std::int32_t c[kMaxW], run = 0;
@@ -368,6 +371,7 @@ __device__ void rank_block(const Src& src, int per, std::int32_t* rows, std::int
     }
     block_count[e] = run;
   }
+  probe_at(kProbePrefixed);
 }
 
 // rank_block's rows cleared: the block's own shared memory, so its kernel does it before waiting on the kernel
@@ -456,19 +460,23 @@ __device__ inline void write_expert_ids(const std::int32_t* start, int E, std::i
 template <int kMaxPer>
 __device__ void place_padded(const ResidentSmem& sm, int E, int first, int per, const std::int32_t (&ranked)[kMaxPer],
                              const AlignOut& out, bool block0) {
+  probe_at(kProbeScanBegin);
   const auto set = [&](int e, std::int32_t at) {
     sm.start[e] = at;
     sm.base[e] += at;
   };
   const std::int32_t total = block_scan_owned<kThreads / kWarpSize>(sm.start, E, sm.scratch, set);
   __syncthreads();
+  probe_at(kProbeScanned);
   // expert_ids before the placing, whose scattered stores its few loads would otherwise queue behind (0.45 us per
   // block in kClusterGrid at 4096x8, perf/NOTES.md step 47). Warps numbered across the blocks first: consecutive
   // experts on different blocks.
   const int B = static_cast<int>(gridDim.x);
   write_expert_ids(sm.start, E, total, out, warp_id() * B + static_cast<int>(blockIdx.x), B * warps_per_block());
+  probe_at(kProbeExpertIds);
   place_block(sm.rows, sm.base, E, first, per, ranked, out);
   if (block0 && threadIdx.x == 0) *out.post_pad = total;
+  probe_at(kProbePlaced);
 }
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(MOE_GPU_HIP)
@@ -503,17 +511,21 @@ MOE_DEVICE void cluster_counts(const cooperative_groups::cluster_group& cluster,
 template <int kMaxPer, class Src>
 __global__ void __launch_bounds__(kThreads) grid_kernel(Src src, int per, std::int32_t* table,
                                                         std::int32_t* totals, AlignOut out) {
+  probe_time(kProbeEntryTime);
+  probe_at(kProbeEntry);
   extern __shared__ std::int32_t smem[];
   const int E = out.num_experts, W = warps_per_block(), B = gridDim.x, b = blockIdx.x;
   const ResidentSmem sm(smem, W, E);
   clear_rows(sm.rows, E);
   begin_after_prior_grid();
+  probe_at(kProbeWaited);
   std::int32_t* count = sm.count;
   const int first = (b * W + warp_id()) * per * kWarpSize;
   const std::int64_t thread = std::int64_t{b} * blockDim.x + threadIdx.x, threads = std::int64_t{B} * blockDim.x;
   std::int32_t ranked[kMaxPer];
   load_keys(src, first, per, ranked);    // in flight during the fill
   fill_sentinels(out, thread, threads);  // ordered before place_block by the grid barriers
+  probe_at(kProbeFilled);
   rank_block(src, per, sm.rows, count, ranked);
   for (int e = threadIdx.x; e < E; e += blockDim.x) table[e * B + b] = count[e];
   sync_grid();
@@ -538,11 +550,15 @@ __global__ void __launch_bounds__(kThreads) grid_kernel(Src src, int per, std::i
     if (lane_id() == kWarpSize - 1) totals[e] = incl;
   }
   sync_grid();
+  probe_at(kProbeGridSynced);
   for (int e = threadIdx.x; e < E; e += blockDim.x) {  // the experts place_padded's scan gives this thread
     sm.start[e] = out.padded(totals[e]);
     sm.base[e] = table[e * B + b];
   }
+  probe_at(kProbeTableRead);
   place_padded(sm, E, first, per, ranked, out, b == 0);
+  probe_at(kProbeExit);
+  probe_time(kProbeExitTime);
 }
 
 #if !defined(MOE_GPU_HIP)
@@ -569,6 +585,8 @@ template <int kMaxPer, bool kMany, class Src>
 __global__ void __launch_bounds__(kThreads) cluster_kernel(Src src, int per, std::int32_t* table, AlignOut out) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   namespace cg = cooperative_groups;
+  probe_time(kProbeEntryTime);
+  probe_at(kProbeEntry);
   extern __shared__ std::int32_t smem[];
   const cg::cluster_group cluster = cg::this_cluster();
   const int E = out.num_experts, W = warps_per_block(), B = gridDim.x, b = blockIdx.x;
@@ -577,14 +595,17 @@ __global__ void __launch_bounds__(kThreads) cluster_kernel(Src src, int per, std
   const ResidentSmem sm(smem, W, E);
   clear_rows(sm.rows, E);
   begin_after_prior_grid();
+  probe_at(kProbeWaited);
   std::int32_t* block_count = sm.count;  // read by the others
   const int first = (b * W + warp_id()) * per * kWarpSize;
   const std::int64_t thread = std::int64_t{b} * blockDim.x + threadIdx.x, threads = std::int64_t{B} * blockDim.x;
   std::int32_t ranked[kMaxPer];
   load_keys(src, first, per, ranked);    // in flight during the fill
   fill_sentinels(out, thread, threads);  // ordered before place_block by the cluster or grid barrier
+  probe_at(kProbeFilled);
   rank_block(src, per, sm.rows, block_count, ranked);
   cluster.sync();
+  probe_at(kProbeClusterSynced);
   for (int e = threadIdx.x; e < E; e += blockDim.x) {  // the experts place_padded's scan gives this thread
     std::int32_t before, total;
     cluster_counts(cluster, block_count, e, before, total);
@@ -592,9 +613,11 @@ __global__ void __launch_bounds__(kThreads) cluster_kernel(Src src, int per, std
     if constexpr (!kMany) sm.start[e] = out.padded(total);
     else if (r == 0) table[c * E + e] = total;  // cluster-major: coalesced here and where it is read
   }
+  probe_at(kProbeClusterCounted);
   cluster_arrive_relaxed();  // done reading the other blocks' counts: loads whose values are used are complete
   if constexpr (kMany) {
     sync_grid();
+    probe_at(kProbeGridSynced);
     constexpr int kMaxClusters = kClusterGridMaxBlocks / kClusterMaxBlocks;
     for (int e = threadIdx.x; e < E; e += blockDim.x) {
       std::int32_t v[kMaxClusters], before = 0, total = 0;
@@ -608,9 +631,12 @@ __global__ void __launch_bounds__(kThreads) cluster_kernel(Src src, int per, std
       sm.base[e] += before;
       sm.start[e] = out.padded(total);
     }
+    probe_at(kProbeTableRead);
   }
   place_padded(sm, E, first, per, ranked, out, b == 0);
   cluster.barrier_wait();  // no block leaves while another may still read its counts
+  probe_at(kProbeExit);
+  probe_time(kProbeExitTime);
 #else
   (void)src, (void)per, (void)table, (void)out;
   __trap();  // never launched: the host takes this path only for kernels built for sm_90+ (align.cu)
