@@ -58,7 +58,7 @@ void counting_pass(const AlignPlan& p, const Src& src, bool sentinels, int bucke
                                       buckets, table, rank, expert_hist, p.key_bits, sentinels, out);
   gpu::launch<gpu::row_scan_kernel>("row_scan_kernel", static_cast<unsigned>(buckets), gpu::kThreads, 0, stream, table,
                                     p.segments, totals);
-  const std::size_t smem = rows + ints(2 * std::int64_t{buckets} + warps + 1);
+  const std::size_t smem = rows + ints(std::int64_t{buckets} + std::int64_t{gpu::kBucketScanRows} * warps);
   gpu::launch<gpu::scatter_kernel<kFill, Src, Sink>>("scatter_kernel", grid, gpu::kThreads, smem, stream, src, p.segment,
                                                      p.segments, buckets, pad, table, totals, rank, sink, out, kept);
 }

@@ -111,14 +111,6 @@ struct AlignOut {
 
 using layout::round_up;
 
-// Padded start of each expert, in any memory. expert_at(p): the expert whose padded range holds position
-// p < total (the largest e with start[e] <= p; empty experts have zero width).
-struct ExpertLayout {
-  const std::int32_t* start;
-  std::int32_t num_experts;
-  MOE_DEVICE std::int32_t expert_at(std::int32_t p) const { return layout::expert_at(start, num_experts, p); }
-};
-
 // dst[begin, end) = value, by threads `thread` of `threads`: 16-byte stores between the unaligned ends (the
 // tails of sorted_token_ids and expert_ids are most of the bytes a small call writes). 32-bit unsigned: ends are
 // <= INT32_MAX (the contract) and grids far below 2^31 threads, so no index wraps; half the instructions of
@@ -153,15 +145,48 @@ __device__ inline void fill_sentinels(const AlignOut& o, std::int64_t thread, st
   fill_range(o.sorted, 0, o.max_padded, o.numel, thread, threads);
 }
 
-// expert_ids: one thread per used block, binary search of its expert; -1 after. `thread`/`threads` spread
-// the work over whatever threads the caller has (one block or a grid).
-__device__ inline void fill_expert_ids(const ExpertLayout& lay, std::int32_t total, const AlignOut& o,
-                                       std::int64_t thread, std::int64_t threads) {
-  const std::int32_t used_blocks = o.blocks(total);
+// expert_ids from the padded starts (start[e] of E experts, any memory; total: the padded total), by warp `warp` of
+// `warps`. With fewer experts than warps: a warp per expert, its lanes over the expert's blocks, and the -1 tail
+// over the warps left (no expert's blocks on the warps that write it). Otherwise a warp per 32 experts, a lane
+// each: one load of its padded range, the lane writes the expert's first kFillOwn blocks itself and the whole warp
+// the rest of each expert that has more (skewed ids), one such expert at a time; the tail over all warps. No search
+// per block of expert_ids: with a binary search over the starts per block, 16 dependent loads at 65536 experts,
+// kRadix's expert_ids took 8.9 us under ncu against 5.9 (perf/NOTES.md step 40), and in kClusterGrid at 4096x8
+// the block that held most of the searches left 0.5 us after the others. A warp per 32 experts alone put up to 32
+// experts' blocks on one warp (1.2-1.6x the time with 8-64 experts), a warp per expert alone put 8 experts on
+// each warp of kCluster with 512 (1.15x); the tail on one warp took 1.03x with ids of 1 expert in 8 kept (step 47).
+constexpr int kFillOwn = 4;
+__device__ inline void write_expert_ids(const std::int32_t* start, int E, std::int32_t total, const AlignOut& out,
+                                        int warp, int warps) {
+  const int lane = lane_id();
+  const std::int32_t used = out.blocks(total);
+  if (E < warps) {
+    if (warp < E) {
+      const std::int32_t lo = out.blocks(start[warp]), hi = warp + 1 < E ? out.blocks(start[warp + 1]) : used;
+      for (std::int32_t i = lo + lane; i < hi; i += kWarpSize) out.expert_ids[i] = warp;
+    } else {
+      fill_range(out.expert_ids, used, out.max_blocks, -1, (warp - E) * kWarpSize + lane, (warps - E) * kWarpSize);
+    }
+    return;
+  }
 #pragma unroll 1
-  for (std::int64_t b = thread; b < used_blocks; b += threads)
-    o.expert_ids[b] = lay.expert_at(static_cast<std::int32_t>(b) * o.block_size);
-  fill_range(o.expert_ids, used_blocks, o.max_blocks, -1, thread, threads);
+  for (int e = warp * kWarpSize + lane; e - lane < E; e += warps * kWarpSize) {  // warp-uniform
+    const std::int32_t begin = e < E ? start[e] : total;
+    const std::int32_t end = e + 1 < E ? start[e + 1] : total;
+    const std::int32_t b0 = out.blocks(begin), count = out.blocks(end) - b0;
+#pragma unroll
+    for (int q = 0; q < kFillOwn; ++q)
+      if (q < count) out.expert_ids[b0 + q] = e;
+    lane_mask_t more = ballot(count > kFillOwn);
+    while (more != 0) {  // warp-uniform
+      const int k = lowest_lane(more);
+      more &= more - 1;
+      const std::int32_t first = shfl(b0, k), rest = shfl(count, k), which = shfl(e, k);
+#pragma unroll 1
+      for (std::int32_t q = kFillOwn + lane; q < rest; q += kWarpSize) out.expert_ids[first + q] = which;
+    }
+  }
+  fill_range(out.expert_ids, used, out.max_blocks, -1, warp * kWarpSize + lane, warps * kWarpSize);
 }
 
 // ---- one warp ranking its segment in order ---------------------------------------------------------------
@@ -202,6 +227,9 @@ MOE_DEVICE void warp_rank(const Src& src, std::int64_t begin, std::int64_t end, 
 // ---- kernels ---------------------------------------------------------------------------------------------
 // Shared memory of the multi-block kernels: one row of counters per warp, stride buckets + 1 (odd: the
 // transposed accesses below stay free of bank conflicts).
+// block_scan_owned's scratch: a row of kThreads buckets (<= kDirectMaxExperts: experts, or a radix digit's <= 512
+// values) per kThreads / kWarpSize values.
+constexpr int kBucketScanRows = (kDirectMaxExperts + kThreads - 1) / kThreads;
 
 // Phase 1: each warp ranks its segment; the rank of id i inside its segment and bucket goes to rank[i]
 // (u16: segments are shorter than 65536), the segment's count per bucket to table[bucket][segment].
@@ -264,14 +292,11 @@ __global__ void __launch_bounds__(kThreads)
   extern __shared__ std::int32_t smem[];
   const int W = warps_per_block(), stride = buckets + 1;
   std::int32_t* start = smem + W * stride;  // [buckets]
-  std::int32_t* count = start + buckets;    // [buckets]
-  std::int32_t* scratch = count + buckets;  // [W + 1]
-  for (int b = threadIdx.x; b < buckets; b += blockDim.x) {
-    count[b] = totals[b];
-    start[b] = round_up(count[b], pad);
-  }
+  std::int32_t* scratch = start + buckets;  // [kBucketScanRows * W]
+  for (int b = threadIdx.x; b < buckets; b += blockDim.x) start[b] = round_up(totals[b], pad);
+  const std::int32_t total = block_scan_owned<kThreads / kWarpSize>(start, buckets, scratch,
+                                                                    [&](int b, std::int32_t at) { start[b] = at; });
   __syncthreads();
-  const std::int32_t total = block_exclusive_scan(start, buckets, scratch);
   const std::int64_t seg0 = std::int64_t{blockIdx.x} * W;
   const int cells = W * buckets;
   for (int t0 = threadIdx.x; t0 < cells; t0 += kItems * static_cast<int>(blockDim.x)) {
@@ -313,9 +338,10 @@ __global__ void __launch_bounds__(kThreads)
     if (kept != nullptr) *kept = total;
     if (kFill) *out.post_pad = total;
   }
-  if (kFill)
-    fill_expert_ids(ExpertLayout{start, buckets}, total, out,
-                    std::int64_t{blockIdx.x} * blockDim.x + threadIdx.x, std::int64_t{gridDim.x} * blockDim.x);
+  if (kFill) {  // warps numbered across the blocks first, as in place_padded
+    const int B = static_cast<int>(gridDim.x);
+    write_expert_ids(start, buckets, total, out, warp_id() * B + static_cast<int>(blockIdx.x), B * W);
+  }
 }
 
 // ---- the block-resident paths (kGrid, kCluster) ----------------------------------------------------------
@@ -395,8 +421,7 @@ __device__ void place_block(const std::int32_t* rows, const std::int32_t* base, 
 
 // Shared memory of the block-resident kernels (kGrid, kCluster), carved from their dynamic shared
 // memory: rows [W * (E + 1)], count [E] (the block's count per expert), start [E], base [E], scratch
-// [kResidentScanRows * W] (block_scan_owned's, a row per kThreads experts).
-constexpr int kResidentScanRows = (kDirectMaxExperts + kThreads - 1) / kThreads;
+// [kBucketScanRows * W].
 struct ResidentSmem {
   std::int32_t *rows, *count, *start, *base, *scratch;
   MOE_DEVICE ResidentSmem(std::int32_t* smem, int W, int E)
@@ -404,51 +429,7 @@ struct ResidentSmem {
 };
 inline std::size_t resident_smem_bytes(int warps, std::int32_t experts) {
   return sizeof(std::int32_t) *
-         (std::size_t(warps) * (experts + 1) + 3 * std::size_t(experts) + std::size_t(kResidentScanRows) * warps);
-}
-
-// expert_ids from the padded starts (start[e] of E experts, any memory; total: the padded total), by warp `warp` of
-// `warps`. With fewer experts than warps: a warp per expert, its lanes over the expert's blocks, and the -1 tail
-// over the warps left (no expert's blocks on the warps that write it). Otherwise a warp per 32 experts, a lane
-// each: one load of its padded range, the lane writes the expert's first kFillOwn blocks itself and the whole warp
-// the rest of each expert that has more (skewed ids), one such expert at a time; the tail over all warps. No search
-// per block of expert_ids: with a binary search over the starts per block, 16 dependent loads at 65536 experts,
-// kRadix's expert_ids took 8.9 us under ncu against 5.9 (perf/NOTES.md step 40), and in kClusterGrid at 4096x8
-// the block that held most of the searches left 0.5 us after the others. A warp per 32 experts alone put up to 32
-// experts' blocks on one warp (1.2-1.6x the time with 8-64 experts), a warp per expert alone put 8 experts on
-// each warp of kCluster with 512 (1.15x); the tail on one warp took 1.03x with ids of 1 expert in 8 kept (step 47).
-constexpr int kFillOwn = 4;
-__device__ inline void write_expert_ids(const std::int32_t* start, int E, std::int32_t total, const AlignOut& out,
-                                        int warp, int warps) {
-  const int lane = lane_id();
-  const std::int32_t used = out.blocks(total);
-  if (E < warps) {
-    if (warp < E) {
-      const std::int32_t lo = out.blocks(start[warp]), hi = warp + 1 < E ? out.blocks(start[warp + 1]) : used;
-      for (std::int32_t i = lo + lane; i < hi; i += kWarpSize) out.expert_ids[i] = warp;
-    } else {
-      fill_range(out.expert_ids, used, out.max_blocks, -1, (warp - E) * kWarpSize + lane, (warps - E) * kWarpSize);
-    }
-    return;
-  }
-#pragma unroll 1
-  for (int e = warp * kWarpSize + lane; e - lane < E; e += warps * kWarpSize) {  // warp-uniform
-    const std::int32_t begin = e < E ? start[e] : total;
-    const std::int32_t end = e + 1 < E ? start[e + 1] : total;
-    const std::int32_t b0 = out.blocks(begin), count = out.blocks(end) - b0;
-#pragma unroll
-    for (int q = 0; q < kFillOwn; ++q)
-      if (q < count) out.expert_ids[b0 + q] = e;
-    lane_mask_t more = ballot(count > kFillOwn);
-    while (more != 0) {  // warp-uniform
-      const int k = lowest_lane(more);
-      more &= more - 1;
-      const std::int32_t first = shfl(b0, k), rest = shfl(count, k), which = shfl(e, k);
-#pragma unroll 1
-      for (std::int32_t q = kFillOwn + lane; q < rest; q += kWarpSize) out.expert_ids[first + q] = which;
-    }
-  }
-  fill_range(out.expert_ids, used, out.max_blocks, -1, warp * kWarpSize + lane, warps * kWarpSize);
+         (std::size_t(warps) * (experts + 1) + 3 * std::size_t(experts) + std::size_t(kBucketScanRows) * warps);
 }
 
 // The last phase of the block-resident kernels (blocks of kThreads). Each thread has set, for its experts e = t,

@@ -157,29 +157,5 @@ __device__ T block_scan_tiles(int n, T* scratch, Load&& load, Store&& store) {
   return total;
 }
 
-// Exclusive prefix sum of data[0, n) in place, by the whole block, for short arrays in shared memory (a run per
-// thread is a memory request per value: global arrays take block_scan_tiles); returns the total to every thread.
-// `scratch` is shared memory of warps_per_block() + 1 values. Each thread owns a contiguous run of
-// ceil(n / blockDim) values, so order is fixed and the result deterministic.
-// Ends with a barrier: data is final for every thread on return.
-template <class T>
-__device__ T block_exclusive_scan(T* data, int n, T* scratch) {
-  const int per = (n + static_cast<int>(blockDim.x) - 1) / static_cast<int>(blockDim.x);
-  const int begin = min(n, static_cast<int>(threadIdx.x) * per);
-  const int end = min(n, begin + per);
-  T local = 0;
-#pragma unroll 4
-  for (int i = begin; i < end; ++i) local += data[i];
-  T total;
-  T run = block_scan_values(local, scratch, total);
-  for (int i = begin; i < end; ++i) {
-    const T v = data[i];
-    data[i] = run;
-    run += v;
-  }
-  __syncthreads();
-  return total;
-}
-
 }  // namespace gpu
 }  // namespace moe
