@@ -53,12 +53,15 @@ std::vector<AlignCase> sweep_align() {
         for (std::int32_t b : {16, 64, 128}) v.push_back({t, k, e, b, "uniform"});
   return v;
 }
-std::vector<AlignCase> large_align() {  // many experts, and the expert-parallel shape
+std::vector<AlignCase> large_align() {  // many experts, expert-parallel and skewed ids
   std::vector<AlignCase> v;
   for (std::int64_t t : {1, 256, 4096, 65536})
     for (std::int32_t e : {1024, 4096, 65536}) v.push_back({t, 8, e, 64, "uniform"});
   v.push_back({65536, 8, 256, 64, "ep8"});
   v.push_back({262144, 8, 256, 64, "uniform"});
+  // few distinct experts per warp step on the cluster grid path (its ranking's cost depends on them)
+  v.push_back({4096, 8, 256, 64, "skew"});
+  v.push_back({4096, 8, 256, 64, "ep8"});
   return v;
 }
 std::vector<SumCase> sum_cases(bool quick) {
