@@ -155,17 +155,24 @@ __device__ inline void fill_sentinels(const AlignOut& o, std::int64_t thread, st
 // the block that held most of the searches left 0.5 us after the others. A warp per 32 experts alone put up to 32
 // experts' blocks on one warp (1.2-1.6x the time with 8-64 experts), a warp per expert alone put 8 experts on
 // each warp of kCluster with 512 (1.15x); the tail on one warp took 1.03x with ids of 1 expert in 8 kept (step 47).
+// counts (E < warps only; else nullptr): each expert's count, so that its warp also writes the expert's padding and
+// the warps left the tail of sorted_token_ids, where the kernel wrote no sentinels before its ids (kClusterGrid).
 constexpr int kFillOwn = 4;
 __device__ inline void write_expert_ids(const std::int32_t* start, int E, std::int32_t total, const AlignOut& out,
-                                        int warp, int warps) {
+                                        int warp, int warps, const std::int32_t* counts = nullptr) {
   const int lane = lane_id();
   const std::int32_t used = out.blocks(total);
   if (E < warps) {
     if (warp < E) {
-      const std::int32_t lo = out.blocks(start[warp]), hi = warp + 1 < E ? out.blocks(start[warp + 1]) : used;
-      for (std::int32_t i = lo + lane; i < hi; i += kWarpSize) out.expert_ids[i] = warp;
+      const std::int32_t begin = start[warp], end = warp + 1 < E ? start[warp + 1] : total;
+      for (std::int32_t i = out.blocks(begin) + lane, hi = out.blocks(end); i < hi; i += kWarpSize)
+        out.expert_ids[i] = warp;
+      if (counts != nullptr)
+        for (std::int32_t i = begin + counts[warp] + lane; i < end; i += kWarpSize) out.sorted[i] = out.numel;
     } else {
-      fill_range(out.expert_ids, used, out.max_blocks, -1, (warp - E) * kWarpSize + lane, (warps - E) * kWarpSize);
+      const std::uint32_t thread = (warp - E) * kWarpSize + lane, threads = (warps - E) * kWarpSize;
+      fill_range(out.expert_ids, used, out.max_blocks, -1, thread, threads);
+      if (counts != nullptr) fill_range(out.sorted, total, out.max_padded, out.numel, thread, threads);
     }
     return;
   }
@@ -192,15 +199,18 @@ __device__ inline void write_expert_ids(const std::int32_t* start, int E, std::i
 // ---- one warp ranking its segment in order ---------------------------------------------------------------
 // One step of kWarpSize consecutive ids: each valid lane's rank among the ids of its bucket, counting the
 // row[bucket] ids the warp has seen before this step; lanes with equal buckets rank in lane order (stable), and
-// the lowest of them advances row[bucket]. All lanes call it together.
-MOE_DEVICE std::int32_t rank_step(int bucket, bool valid, int bits, std::int32_t* row) {
-  const lane_mask_t peers = match_bucket(bucket, valid, bits);
+// the lowest of them advances row[bucket]. All lanes call it together. peers: match_bucket's (rank_step_peers: found
+// by the caller).
+MOE_DEVICE std::int32_t rank_step_peers(lane_mask_t peers, int bucket, bool valid, std::int32_t* row) {
   const std::int32_t before = valid ? row[bucket] : 0;
   sync_warp();  // every lane has read row[bucket] before its leader advances it
   const lane_mask_t below = peers & lanes_below();
   if (valid && below == 0) row[bucket] = before + popc(peers);
   sync_warp();
   return before + popc(below);
+}
+MOE_DEVICE std::int32_t rank_step(int bucket, bool valid, int bits, std::int32_t* row) {
+  return rank_step_peers(match_bucket(bucket, valid, bits), bucket, valid, row);
 }
 
 // rank_step over [begin, end) in order, ids loaded kItems steps ahead; emit(i, rank) for each valid id.
@@ -368,8 +378,11 @@ MOE_DEVICE void load_keys(const Src& src, int first, int per, std::int32_t (&key
     key[j] = (j < per && i < n) ? src.load(i).key : -1;
   }
 }
-// ranked: the keys of load_keys on entry, the ranked ids (pack_ranked) on return.
-template <int kMaxPer, class Src>
+// ranked: the keys of load_keys on entry, the ranked ids (pack_ranked) on return. kBallots: peers by
+// match_bucket_ballots (kClusterGrid: 0.90-0.94 of its time with the padding after, step 50). Not in kGrid and
+// kCluster: 0.95-0.97 of kGrid's time on uniform ids with 64-512 experts, but 1.06x with skewed ids, 1.21x with most
+// ids dropped, 1.07-1.15x with 8 experts (perf/NOTES.md step 50).
+template <int kMaxPer, bool kBallots = false, class Src>
 __device__ void rank_block(const Src& src, int per, std::int32_t* rows, std::int32_t* block_count,
                            std::int32_t (&ranked)[kMaxPer]) {
   const int E = src.num_experts, stride = E + 1, W = warps_per_block();
@@ -379,9 +392,12 @@ __device__ void rank_block(const Src& src, int per, std::int32_t* rows, std::int
 #pragma unroll
   for (int j = 0; j < kMaxPer; ++j) {
     if (j >= per) continue;  // warp-uniform (no break: it would stop unrolling)
-    const std::int32_t key = ranked[j];
+    const std::int32_t key = ranked[j];  // bucket = expert here
     const bool valid = key >= 0;
-    ranked[j] = pack_ranked(key, rank_step(valid ? key : 0, valid, src.digit.bits, row));  // bucket = expert here
+    const int bucket = valid ? key : 0, bits = src.digit.bits;
+    const std::int32_t rank = kBallots ? rank_step_peers(match_bucket_ballots(bucket, valid, bits), bucket, valid, row)
+                                       : rank_step(bucket, valid, bits, row);
+    ranked[j] = pack_ranked(key, rank);
   }
   __syncthreads();
   probe_at(kProbeRanked);
@@ -438,9 +454,10 @@ inline std::size_t resident_smem_bytes(int warps, std::int32_t experts) {
 // expert_ids, the block's ids placed and the padded total (block 0). From the grid or cluster barrier to the
 // placing: two block barriers and one warp scan (a block scan over all of start[] and the barriers around it had
 // taken 0.58 us of kClusterGrid's 5.4 after its wait at 4096x8, perf/NOTES.md step 47).
+// counts: see write_expert_ids (kClusterGrid without its sentinel fill), else nullptr.
 template <int kMaxPer>
 __device__ void place_padded(const ResidentSmem& sm, int E, int first, int per, const std::int32_t (&ranked)[kMaxPer],
-                             const AlignOut& out, bool block0) {
+                             const AlignOut& out, bool block0, const std::int32_t* counts = nullptr) {
   probe_at(kProbeScanBegin);
   const auto set = [&](int e, std::int32_t at) {
     sm.start[e] = at;
@@ -453,7 +470,8 @@ __device__ void place_padded(const ResidentSmem& sm, int E, int first, int per, 
   // block in kClusterGrid at 4096x8, perf/NOTES.md step 47). Warps numbered across the blocks first: consecutive
   // experts on different blocks.
   const int B = static_cast<int>(gridDim.x);
-  write_expert_ids(sm.start, E, total, out, warp_id() * B + static_cast<int>(blockIdx.x), B * warps_per_block());
+  write_expert_ids(sm.start, E, total, out, warp_id() * B + static_cast<int>(blockIdx.x), B * warps_per_block(),
+                   counts);
   probe_at(kProbeExpertIds);
   place_block(sm.rows, sm.base, E, first, per, ranked, out);
   if (block0 && threadIdx.x == 0) *out.post_pad = total;
@@ -556,7 +574,9 @@ __global__ void __launch_bounds__(kThreads) grid_kernel(Src src, int per, std::i
 //      every block adds the totals of the clusters before its own, read from that small table: only one
 //      count per expert and cluster crosses the grid, and one grid barrier replaces kGrid's two (and kGrid's
 //      per-expert scan between them). (No barrier at all, every cluster counting all ids again instead, cost
-//      as much as it saved: perf/NOTES.md step 35.)
+//      as much as it saved: perf/NOTES.md step 35; loading the ids to count alone took 1 us more, step 50.)
+//      With fewer experts than warps it writes no sentinels in 1: the padding and the tail go with expert_ids
+//      in 3. Its ids are ranked with ballots (rank_block).
 //   3. padded starts; place; expert_ids over the grid
 // A block's counts must outlive the other blocks' reads: each block arrives at a second cluster barrier after
 // its reads and waits on it last. Blocks past the ids (a grid of whole clusters) rank nothing. Shared memory:
@@ -581,10 +601,15 @@ __global__ void __launch_bounds__(kThreads) cluster_kernel(Src src, int per, std
   const int first = (b * W + warp_id()) * per * kWarpSize;
   const std::int64_t thread = std::int64_t{b} * blockDim.x + threadIdx.x, threads = std::int64_t{B} * blockDim.x;
   std::int32_t ranked[kMaxPer];
-  load_keys(src, first, per, ranked);    // in flight during the fill
-  fill_sentinels(out, thread, threads);  // ordered before place_block by the cluster or grid barrier
+  // kClusterGrid with fewer experts than warps writes no sentinels before the ids: each expert's padding and the
+  // tail go with expert_ids, after the layout (write_expert_ids), so every element is written once; 0.97 of the
+  // time at 4096x8 (perf/NOTES.md step 50). Else all of sorted_token_ids first, ordered before any id's store by
+  // the cluster or grid barrier.
+  const bool pad_after = kMany && E < B * W;
+  load_keys(src, first, per, ranked);  // in flight during the fill
+  if (!pad_after) fill_sentinels(out, thread, threads);
   probe_at(kProbeFilled);
-  rank_block(src, per, sm.rows, block_count, ranked);
+  rank_block<kMaxPer, kMany>(src, per, sm.rows, block_count, ranked);
   cluster.sync();
   probe_at(kProbeClusterSynced);
   for (int e = threadIdx.x; e < E; e += blockDim.x) {  // the experts place_padded's scan gives this thread
@@ -597,7 +622,7 @@ __global__ void __launch_bounds__(kThreads) cluster_kernel(Src src, int per, std
   probe_at(kProbeClusterCounted);
   cluster_arrive_relaxed();  // done reading the other blocks' counts: loads whose values are used are complete
   if constexpr (kMany) {
-    sync_grid();
+    sync_grid();  // after it no block reads another's counts (each read before it arrived): block_count is free
     probe_at(kProbeGridSynced);
     constexpr int kMaxClusters = kClusterGridMaxBlocks / kClusterMaxBlocks;
     for (int e = threadIdx.x; e < E; e += blockDim.x) {
@@ -611,10 +636,11 @@ __global__ void __launch_bounds__(kThreads) cluster_kernel(Src src, int per, std
       }
       sm.base[e] += before;
       sm.start[e] = out.padded(total);
+      block_count[e] = total;  // each expert's count, for its padding (pad_after)
     }
     probe_at(kProbeTableRead);
   }
-  place_padded(sm, E, first, per, ranked, out, b == 0);
+  place_padded(sm, E, first, per, ranked, out, b == 0, pad_after ? block_count : nullptr);
   cluster.barrier_wait();  // no block leaves while another may still read its counts
   probe_at(kProbeExit);
   probe_time(kProbeExitTime);

@@ -7,21 +7,31 @@
 namespace moe {
 namespace gpu {
 
-// The lanes of this warp whose `bucket` equals mine, among lanes with `valid` set (0 for an invalid lane).
-// NVIDIA: match.any. AMD (no such instruction): one ballot per bit of the bucket number.
-MOE_DEVICE lane_mask_t match_bucket(int bucket, bool valid, int bits) {
-#if !defined(__HIP_PLATFORM_AMD__)
-  (void)bits;  // every lane runs both intrinsics, valid or not
-  const lane_mask_t peers = __match_any_sync(0xFFFFFFFFu, bucket) & ballot(valid);
-#else
+// The lanes of this warp whose `bucket` (of `bits` bits) equals mine, among lanes with `valid` set (0 for an
+// invalid lane), by one ballot per bit: a fixed cost, whatever the values. (Unrolled to 10 bits with a test per bit,
+// every step's ballots before kClusterGrid's first rank: 1.04x its time, perf/NOTES.md step 50.)
+MOE_DEVICE lane_mask_t match_bucket_ballots(int bucket, bool valid, int bits) {
   lane_mask_t peers = ballot(valid);
   for (int k = 0; k < bits; ++k) {
     const bool bit = (bucket >> k) & 1;
     const lane_mask_t set = ballot(bit);
     peers &= bit ? set : ~set;
   }
-#endif
   return valid ? peers : lane_mask_t{0};
+}
+
+// The same by NVIDIA's match.any, whose cost grows with the distinct values among the lanes: cheaper than the
+// ballots where few experts are present (one token, skewed ids, most ids dropped: the ballots took 1.10-1.29x
+// there), dearer where a warp step holds ~30 distinct experts of 64-1024 (the ballots ranked kClusterGrid's ids
+// at 4096x8 in 0.42 us instead of 0.56, perf/NOTES.md step 50). AMD has no match.any: ballots there.
+MOE_DEVICE lane_mask_t match_bucket(int bucket, bool valid, int bits) {
+#if !defined(__HIP_PLATFORM_AMD__)
+  (void)bits;  // every lane runs both intrinsics, valid or not
+  const lane_mask_t peers = __match_any_sync(0xFFFFFFFFu, bucket) & ballot(valid);
+  return valid ? peers : lane_mask_t{0};
+#else
+  return match_bucket_ballots(bucket, valid, bits);
+#endif
 }
 
 // Inclusive prefix sum across the lanes of a warp.
