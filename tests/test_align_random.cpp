@@ -50,9 +50,11 @@ TEST_CASE("random: sizes where a path changes blocks or ids per thread") {
 }
 
 TEST_CASE("random: every block size") {
+  // on the GPU: 5000 ids take one cluster, 20000 a grid of clusters (its padding written after the ids with up to
+  // 256 experts), 70000 the cooperative grid
   Rng rng(2);
   for (std::int32_t bs : kBlockSizes)
-    for (std::size_t n : {1u, 20u, 100u, 2048u, 5000u, 70000u})
+    for (std::size_t n : {1u, 20u, 100u, 2048u, 5000u, 20000u, 70000u})
       for (std::int32_t E : {3, 256, 2000}) check_align(uniform_ids<std::int32_t>(n, E, rng, 0.01), E, bs);
 }
 
