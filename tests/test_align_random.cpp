@@ -72,8 +72,10 @@ TEST_CASE("random: every id type") {
 }
 
 TEST_CASE("adversarial: skewed, single expert, empty experts, all dropped") {
+  // on the GPU: 3000 ids take one cluster, 20000 a grid of clusters (8 and 256 experts: padding written after
+  // the ids: every id of one expert, or none kept at all), 100000 the cooperative grid
   Rng rng(4);
-  for (std::size_t n : {5u, 3000u, 100000u, 524288u}) {
+  for (std::size_t n : {5u, 3000u, 20000u, 100000u, 524288u}) {
     for (std::int32_t E : {8, 256, 65536}) {
       check_align(skewed_ids<std::int32_t>(n, E, rng), E, 64);
       check_align(skewed_ids<std::int32_t>(n, E, rng, E - 1), E, 16);
