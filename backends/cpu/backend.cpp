@@ -4,7 +4,6 @@
 #include <new>
 
 #include "backend.hpp"
-#include "reference_impl.hpp"
 
 namespace moe {
 namespace backend {
@@ -23,13 +22,12 @@ void copy_to_device(void* dst, const void* src, std::size_t bytes) { std::memmov
 void copy_to_host(void* dst, const void* src, std::size_t bytes) { std::memmove(dst, src, bytes); }
 void synchronize(void*) {}
 
-std::size_t align_workspace_size(const detail::AlignShape& s) { return detail::reference_align_workspace_size(s); }
-void align_block_size(const detail::AlignShape& s, const detail::AlignArgs& a, void*) {
-  detail::reference_align(s, a);
-}
-void sum(const detail::SumShape& s, const void* input, moe_dtype_t dtype, void* output, void*) {
-  detail::reference_sum(s, input, dtype, output);
-}
+// Every operation is its reference (ops/<op>.hpp): nothing to write here when an operation is added.
+#define MOE_CPU_OPERATION(op, Op)                                                                             \
+  std::size_t op##_workspace_size(const detail::Op##Shape& s) { return detail::reference_##op##_workspace_size(s); } \
+  void op(const detail::Op##Shape& s, const detail::Op##Args& a, void*) { detail::reference_##op(s, a); }
+MOE_OPERATIONS(MOE_CPU_OPERATION)
+#undef MOE_CPU_OPERATION
 
 }  // namespace backend
 }  // namespace moe

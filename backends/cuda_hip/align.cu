@@ -212,7 +212,7 @@ void align_typed(const detail::AlignShape& s, const detail::AlignArgs& a, const 
 
 }  // namespace
 
-void align_block_size(const detail::AlignShape& shape, const detail::AlignArgs& args, void* stream) {
+void align(const detail::AlignShape& shape, const detail::AlignArgs& args, void* stream) {
   const AlignPlan plan = gpu::make_align_plan(shape);
   detail::dispatch_id_type(args.id_type, [&](auto tag) {
     align_typed<decltype(tag)>(shape, args, plan, gpu::to_stream(stream));

@@ -38,7 +38,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "contract.hpp"
+#include "ops/align.hpp"
 #include "padded_layout.hpp"
 
 namespace moe {

@@ -125,13 +125,15 @@ void sum_typed(const detail::SumShape& s, const void* input, void* output, gpu::
 
 }  // namespace
 
-void sum(const detail::SumShape& shape, const void* input, moe_dtype_t dtype, void* output, void* stream) {
+std::size_t sum_workspace_size(const detail::SumShape&) { return 0; }
+
+void sum(const detail::SumShape& shape, const detail::SumArgs& args, void* stream) {
   const std::int64_t chunks = (shape.hidden + kSumThreads - 1) / kSumThreads;
   if (shape.num_tokens * chunks > 0x7FFFFFFF)
     throw Error(MOE_ERROR_UNSUPPORTED, "moe_sum: num_tokens * ceil(hidden / 128) exceeds the GPU grid (2^31 - 1)");
   if (shape.hidden > 0x7FFFFFFF) throw Error(MOE_ERROR_UNSUPPORTED, "moe_sum: hidden >= 2^31 is not supported on GPUs");
-  detail::dispatch_value_traits(dtype, [&](auto traits) {
-    sum_typed<decltype(traits)>(shape, input, output, gpu::to_stream(stream));
+  detail::dispatch_value_traits(args.dtype, [&](auto traits) {
+    sum_typed<decltype(traits)>(shape, args.input, args.output, gpu::to_stream(stream));
   });
 }
 

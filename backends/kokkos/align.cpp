@@ -198,7 +198,7 @@ namespace backend {
 
 std::size_t align_workspace_size(const detail::AlignShape& shape) { return kokkos::make_plan(shape).bytes; }
 
-void align_block_size(const detail::AlignShape& shape, const detail::AlignArgs& args, void* stream) {
+void align(const detail::AlignShape& shape, const detail::AlignArgs& args, void* stream) {
   kokkos::ensure_initialized();
   const kokkos::Exec exec = kokkos::instance_for(stream);
   const kokkos::Plan plan = kokkos::make_plan(shape);

@@ -55,11 +55,13 @@ void sum_values(const detail::SumShape& s, const void* input, void* output, cons
 
 namespace backend {
 
-void sum(const detail::SumShape& shape, const void* input, moe_dtype_t dtype, void* output, void* stream) {
+std::size_t sum_workspace_size(const detail::SumShape&) { return 0; }
+
+void sum(const detail::SumShape& shape, const detail::SumArgs& args, void* stream) {
   kokkos::ensure_initialized();
   const kokkos::Exec exec = kokkos::instance_for(stream);
-  detail::dispatch_value_traits(dtype, [&](auto traits) {
-    kokkos::sum_values<decltype(traits)>(shape, input, output, exec);
+  detail::dispatch_value_traits(args.dtype, [&](auto traits) {
+    kokkos::sum_values<decltype(traits)>(shape, args.input, args.output, exec);
   });
 }
 

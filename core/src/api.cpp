@@ -1,4 +1,5 @@
-// The public C++ API: check the arguments against the contract, then hand over to the one linked backend.
+// The public C++ API for the calls that are not operations (backend, memory); each operation's entries are in
+// ops/<op>.cpp.
 #include <string>
 
 #include "backend.hpp"
@@ -34,34 +35,5 @@ void copy_to_host(void* dst, const void* src, std::size_t bytes) {
   if (bytes > 0) backend::copy_to_host(dst, src, bytes);
 }
 void synchronize(void* stream) { backend::synchronize(stream); }
-
-std::int64_t align_max_padded(std::int64_t numel, std::int32_t num_experts, std::int32_t block_size) {
-  return detail::make_align_shape(numel, num_experts, block_size).max_padded;
-}
-std::int64_t align_max_blocks(std::int64_t numel, std::int32_t num_experts, std::int32_t block_size) {
-  return detail::make_align_shape(numel, num_experts, block_size).max_blocks;
-}
-std::size_t align_workspace_size(std::int64_t numel, std::int32_t num_experts, std::int32_t block_size) {
-  return backend::align_workspace_size(detail::make_align_shape(numel, num_experts, block_size));
-}
-
-void align_block_size(const void* topk_ids, moe_dtype_t id_type, std::int64_t numel, std::int32_t num_experts,
-                      std::int32_t block_size, std::int32_t* sorted_token_ids, std::int32_t* expert_ids,
-                      std::int32_t* num_tokens_post_pad, void* workspace, std::size_t workspace_bytes,
-                      void* stream) {
-  const detail::AlignShape s = detail::make_align_shape(numel, num_experts, block_size);
-  const detail::AlignArgs a{topk_ids,   id_type,   sorted_token_ids, expert_ids, num_tokens_post_pad,
-                            workspace, workspace_bytes};
-  detail::check_align_args(s, a, backend::align_workspace_size(s));
-  backend::align_block_size(s, a, stream);
-}
-
-void sum(const void* input, moe_dtype_t dtype, std::int64_t num_tokens, std::int32_t topk, std::int64_t hidden,
-         void* output, void* stream) {
-  const detail::SumShape s{num_tokens, topk, hidden};
-  detail::check_sum_args(s, input, dtype, output);
-  if (num_tokens * hidden == 0) return;
-  backend::sum(s, input, dtype, output, stream);
-}
 
 }  // namespace moe

@@ -1,13 +1,22 @@
-// The interface every backend implements, once: declared here, defined in backends/<name>/. Exactly one
-// backend is linked into a library build. The public API (api.cpp) checks arguments first, so these
-// functions receive valid shapes and non-null pointers where the contract needs them. They throw moe::Error
-// (usually MOE_ERROR_BACKEND) on runtime failures.
+// The interface every backend implements, declared once: each operation of MOE_OPERATIONS below is a pair
+//   std::size_t <op>_workspace_size(const detail::<Op>Shape&);   bytes of scratch, a function of the shape alone
+//   void <op>(const detail::<Op>Shape&, const detail::<Op>Args&, void* stream);
+// defined in backends/<name>/. Exactly one backend is linked into a library build, so a backend that lacks an
+// operation fails to link. The public API (core/src/ops/<op>.cpp) checks arguments first: these functions
+// receive valid shapes and the pointers the contract requires, and are not called for empty work. They throw
+// moe::Error (usually MOE_ERROR_BACKEND) on runtime failures.
 #pragma once
 
 #include <cstddef>
 #include <string>
 
-#include "contract.hpp"
+#include "ops/align.hpp"
+#include "ops/sum.hpp"
+
+// X(op, Op): one line per operation; Op names its detail::<Op>Shape and detail::<Op>Args.
+#define MOE_OPERATIONS(X) \
+  X(align, Align)         \
+  X(sum, Sum)
 
 namespace moe {
 namespace backend {
@@ -22,10 +31,11 @@ void copy_to_device(void* dst, const void* src, std::size_t bytes);
 void copy_to_host(void* dst, const void* src, std::size_t bytes);
 void synchronize(void* stream);
 
-// Must depend on the shape alone (never on the device), so that a size queried once stays valid.
-std::size_t align_workspace_size(const detail::AlignShape& shape);
-void align_block_size(const detail::AlignShape& shape, const detail::AlignArgs& args, void* stream);
-void sum(const detail::SumShape& shape, const void* input, moe_dtype_t dtype, void* output, void* stream);
+#define MOE_DECLARE_BACKEND_OPERATION(op, Op)                           \
+  std::size_t op##_workspace_size(const detail::Op##Shape& shape);      \
+  void op(const detail::Op##Shape& shape, const detail::Op##Args& args, void* stream);
+MOE_OPERATIONS(MOE_DECLARE_BACKEND_OPERATION)
+#undef MOE_DECLARE_BACKEND_OPERATION
 
 }  // namespace backend
 }  // namespace moe
