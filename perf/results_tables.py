@@ -93,16 +93,18 @@ def gpu_tables(name, runs):
     print(f"## {name}" + (f" (cuda: best of {reps} runs)" if reps > 1 else "") + "\n")
     floors(name, runs)
 
-    print("| shape (block 64) | path | CUDA us | CUDA plain-launch us | HIP us | "
+    others = [(n, t) for n, t in (("CUDA plain-launch", plain), ("HIP", hip)) if t]  # runs this device has
+    print("| shape (block 64) | path | CUDA us | " + "".join(f"{n} us | " for n, _ in others)
           + "".join(f"{t} us | " for t in tgt) + "target us | met |")
-    print("|---|---|---|---|---|" + "---|" * len(tgt) + "---|---|")
+    print("|---|---|---|" + "---|" * (len(others) + len(tgt)) + "---|---|")
     for shape, target in TARGETS:
         key = ("align", shape)
         if key not in cuda:
             continue
         t = float(cuda[key]["graph_us"])
         met = "yes" if t <= target else f"no, +{(t / target - 1) * 100:.0f} %"
-        print(f"| {shape.replace(' bs=64', '')} | {cuda[key]['path']} | {t:.2f} | {us(plain, key)} | {us(hip, key)} | "
+        print(f"| {shape.replace(' bs=64', '')} | {cuda[key]['path']} | {t:.2f} | "
+              + "".join(f"{us(tab, key)} | " for _, tab in others)
               + "".join(f"{us(runs[n], key)} | " for n in tgt) + f"{target} | {met} |")
 
     sums = [(k, r) for k, r in cuda.items() if k[0] == "sum"]
@@ -118,13 +120,15 @@ def gpu_tables(name, runs):
 
     many = [("align", s) for s in MANY if ("align", s) in cuda]
     if many:
-        print("\n| align shape | path | CUDA us | cold us | plain-launch / CUDA | HIP / CUDA |")
-        print("|---|---|---|---|---|---|")
+        ratios = [(n, t) for n, t in (("plain-launch", plain), ("HIP", hip)) if t]
+        print(("\n| align shape | path | CUDA us | cold us | " + "".join(f"{n} / CUDA | " for n, _ in ratios)).rstrip())
+        print("|---|---|---|---|" + "---|" * len(ratios))
         for key in many:
             r = cuda[key]
             t = float(r["graph_us"])
             ratio = lambda tab: f"{float(tab[key]['graph_us']) / t:.3f}" if key in tab else "-"  # noqa: E731
-            print(f"| {key[1]} | {r['path']} | {t:.2f} | {float(r['cold_us']):.2f} | {ratio(plain)} | {ratio(hip)} |")
+            print((f"| {key[1]} | {r['path']} | {t:.2f} | {float(r['cold_us']):.2f} | "
+                   + "".join(f"{ratio(tab)} | " for _, tab in ratios)).rstrip())
 
     if hip and plain:
         same = [k for k in cuda if k in hip and k in plain and hip[k]["path"] == cuda[k]["path"]]
