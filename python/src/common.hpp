@@ -55,7 +55,7 @@ bool is_id_dtype(int moe_dtype);
 bool is_value_dtype(int moe_dtype);  // fp32, fp16, bf16
 
 void require_ndim(const Array& a, std::size_t ndim, const char* expected_shape);
-void require_dtype(const Array& a, int moe_dtype, const char* expected);
+void require_dtype(const Array& a, int moe_dtype, const std::string& expected);
 void require_at_least(const Array& a, std::int64_t elems, const char* capacity_name);
 void require_same_device(const Array& a, const Array& b);
 

@@ -168,7 +168,7 @@ void require_ndim(const Array& a, std::size_t ndim, const char* expected_shape) 
     raise_invalid(std::string(a.what) + " must have shape " + expected_shape + ", got shape " + shape_str(a));
 }
 
-void require_dtype(const Array& a, int moe_dtype, const char* expected) {
+void require_dtype(const Array& a, int moe_dtype, const std::string& expected) {
   if (moe_dtype_of(a.dtype()) != moe_dtype)
     raise_invalid(std::string(a.what) + " must be " + expected + ", got " + dtype_name(a.dtype()));
 }
@@ -262,7 +262,7 @@ void moe_sum(nb::handle x, nb::handle out, std::uintptr_t stream) {
   require_ndim(in, 3, "(num_tokens, topk, hidden)");
   const Array o = output(out, "out");
   require_same_device(in, o);
-  require_dtype(o, t, "of x's dtype");
+  require_dtype(o, t, dtype_name(in.dtype()) + " (x's dtype)");
   if (o.ndim() != 2 || o.shape(0) != in.shape(0) || o.shape(1) != in.shape(2))
     raise_invalid("out must have shape (" + std::to_string(in.shape(0)) + ", " + std::to_string(in.shape(2)) +
                   ") = (num_tokens, hidden), got " + shape_str(o));
