@@ -9,6 +9,9 @@
 #include <string>
 
 #include "moe/routing.h"
+#ifdef MOE_PY_FUTURE_STUB
+#include "routing_future.h"  // development builds only: python/tests/future_api
+#endif
 
 namespace moe_py {
 
