@@ -172,11 +172,10 @@ inline void derive_extras(const AlignResult& a, std::size_t numel, std::int32_t 
   for (std::int32_t p = 0; p < a.num_tokens_post_pad; ++p) {
     const std::int32_t i = a.sorted_token_ids[static_cast<std::size_t>(p)];
     if (i < 0 || static_cast<std::size_t>(i) >= numel) continue;
-    REQUIRE_MESSAGE((*positions)[static_cast<std::size_t>(i)] == -1, "entry " << i << " placed twice");
+    if ((*positions)[static_cast<std::size_t>(i)] != -1) FAIL("entry " << i << " placed twice");
     (*positions)[static_cast<std::size_t>(i)] = p;
     const std::int32_t l = a.expert_ids[static_cast<std::size_t>(p / bs)];
-    REQUIRE(l >= 0);
-    REQUIRE(l < L);
+    if (l < 0 || l >= L) FAIL("block " << p / bs << " of entry " << i << " has expert " << l);
     ++(*counts)[static_cast<std::size_t>(l)];
   }
 }
