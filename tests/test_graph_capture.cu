@@ -184,3 +184,115 @@ TEST_CASE("stream order: moe_sum chained (each output, read as [tokens, 2, hidde
     CHECK(std::memcmp(got.data(), ref.data(), ref.size() * sizeof(float)) == 0);
   }
 }
+
+// ---- align_block_size_ep (its map and finish kernels around align's) ----------------------------------------
+#include "align_ep_support.hpp"
+
+namespace {
+EpResult read_ep(const moe::device_buffer<std::int32_t>& sorted, const moe::device_buffer<std::int32_t>& experts,
+                 const moe::device_buffer<std::int32_t>& post, const moe::device_buffer<std::int32_t>& counts,
+                 const moe::device_buffer<std::int32_t>& positions) {
+  EpResult r;
+  r.align.sorted_token_ids = to_host(sorted);
+  r.align.expert_ids = to_host(experts);
+  r.align.num_tokens_post_pad = to_host(post)[0];
+  r.counts = to_host(counts);
+  r.positions = to_host(positions);
+  return r;
+}
+}  // namespace
+
+TEST_CASE("graph capture: align_block_size_ep on every path, replayed with new ids and a new map") {
+  Rng rng(25);
+  // the local grouping picks align's path: tiny, tiny with > 256 local experts, a block per expert, one cluster,
+  // a grid of clusters, cooperative grid, three launches, radix (> 1024 local), numel 0
+  struct Shape {
+    std::size_t n;
+    std::int32_t E, L, bs;
+  };
+  const Shape shapes[] = {{8, 256, 32, 64},         {20, 65536, 4096, 16}, {1000, 256, 32, 64},
+                          {4096, 256, 64, 16},      {40000, 256, 32, 64},  {300000, 256, 32, 64},
+                          {2200000, 256, 32, 64},   {100000, 8192, 4096, 128}, {5000, 65536, 65536, 16},
+                          {0, 8, 4, 16}};
+  for (const Shape& shape : shapes)
+    for (int mode = 0; mode < 3; ++mode) {  // 0: a map, counts and positions; 1: a map only; 2: NULL map (L = E)
+      const std::size_t n = shape.n;
+      const std::int32_t E = shape.E, L = mode == 2 ? shape.E : shape.L, bs = shape.bs;
+      const bool extras = mode != 1;
+      INFO("numel=" << n << " experts=" << E << " local=" << L << " block=" << bs << " mode=" << mode);
+      const auto numel = static_cast<std::int64_t>(n);
+      const auto max_padded = static_cast<std::size_t>(moe::align_max_padded(numel, L, bs));
+      const auto max_blocks = static_cast<std::size_t>(moe::align_max_blocks(numel, L, bs));
+      const std::size_t ws_bytes = moe::align_workspace_size_ep(numel, E, L, bs);
+      moe::device_buffer<std::int32_t> ids(n), map(static_cast<std::size_t>(E)), sorted(max_padded),
+          experts(max_blocks), post(1), counts(static_cast<std::size_t>(L)), positions(n);
+      moe::device_buffer<unsigned char> ws(ws_bytes);
+      Graph g;
+      g.capture([&](void* stream) {
+        moe::align_block_size_ep(ids.data(), numel, E, mode == 2 ? nullptr : map.data(), L, bs, sorted.data(),
+                                 experts.data(), post.data(), extras ? counts.data() : nullptr,
+                                 extras ? positions.data() : nullptr, ws.data(), ws_bytes, stream);
+      });
+      for (int rep = 0; rep < 3; ++rep) {  // the same graph, new ids and a new map each replay
+        const auto host_ids = rep == 1 ? skewed_ids<std::int32_t>(n, E, rng) : uniform_ids<std::int32_t>(n, E, rng, 0.1);
+        const EpMap host_map = mode == 2 ? null_map() : rep == 2 ? random_map(E, L, rng, 0.5, 0.1)
+                                                                 : rank_map(E, L, static_cast<std::int32_t>(rng() % (E / L)));
+        moe::copy_to_device(ids.data(), host_ids.data(), ids.bytes());
+        if (mode != 2) moe::copy_to_device(map.data(), host_map.entries.data(), map.bytes());
+        const std::vector<std::int32_t> poison(std::max(n, static_cast<std::size_t>(L)), kPoison);
+        moe::copy_to_device(counts.data(), poison.data(), counts.bytes());
+        moe::copy_to_device(positions.data(), poison.data(), positions.bytes());
+        g.replay();
+        EpResult got = read_ep(sorted, experts, post, counts, positions);
+        EpResult ref = reference_align_ep(host_ids, E, host_map, L, bs);
+        if (!extras) {  // not written: still poisoned
+          CHECK(got.counts == std::vector<std::int32_t>(static_cast<std::size_t>(L), kPoison));
+          CHECK(got.positions == std::vector<std::int32_t>(n, kPoison));
+          got.counts.clear(), got.positions.clear(), ref.counts.clear(), ref.positions.clear();
+        }
+        CHECK_MESSAGE(got == ref, first_difference(got, ref));
+      }
+    }
+}
+
+TEST_CASE("stream order: align_block_size_ep chained (token_positions of one call are the ids of the next)") {
+  // each call's map kernel reads what the finish kernel of the call before wrote, and its finish kernel writes
+  // the buffer the call before read (ping-pong); 300000 ids: align's cooperative grid between them
+  Rng rng(26);
+  const std::int32_t E = 4096, L = 512, bs = 16;
+  const std::size_t n = 300000;
+  const int steps = 4;
+  const auto numel = static_cast<std::int64_t>(n);
+  const EpMap host_map = random_map(E, L, rng, 0.3, 0.1);
+  const std::size_t ws_bytes = moe::align_workspace_size_ep(numel, E, L, bs);
+  moe::device_buffer<std::int32_t> buf0(n), buf1(n);
+  moe::device_buffer<std::int32_t>* buf[2] = {&buf0, &buf1};
+  moe::device_buffer<std::int32_t> sorted(static_cast<std::size_t>(moe::align_max_padded(numel, L, bs)));
+  moe::device_buffer<std::int32_t> experts(static_cast<std::size_t>(moe::align_max_blocks(numel, L, bs)));
+  moe::device_buffer<std::int32_t> post(1), counts(static_cast<std::size_t>(L));
+  moe::device_buffer<unsigned char> ws(ws_bytes);
+  auto map = to_device(host_map.entries);
+  const std::vector<std::int32_t> ids0 = uniform_ids<std::int32_t>(n, E, rng, 0.05);
+  std::vector<std::int32_t> ids = ids0;
+  EpResult ref;
+  for (int i = 0; i < steps; ++i) {
+    ref = reference_align_ep(ids, E, host_map, L, bs);
+    ids = ref.positions;  // positions in [-1, max_padded): those below E are ids of the next call
+  }
+  for (bool in_graph : {false, true}) {
+    INFO((in_graph ? "graph" : "stream"));
+    moe::copy_to_device(buf0.data(), ids0.data(), buf0.bytes());
+    const std::vector<std::int32_t> poison(n, kPoison);
+    moe::copy_to_device(buf1.data(), poison.data(), buf1.bytes());
+    moe::synchronize();  // the chain runs on a non-blocking stream
+    run_chain(in_graph, [&](void* stream) {
+      for (int i = 0; i < steps; ++i)
+        moe::align_block_size_ep(buf[i % 2]->data(), numel, E, map.data(), L, bs, sorted.data(), experts.data(),
+                                 post.data(), counts.data(), buf[(i + 1) % 2]->data(), ws.data(), ws_bytes, stream);
+    });
+    CHECK(to_host(*buf[steps % 2]) == ref.positions);
+    CHECK(to_host(sorted) == ref.align.sorted_token_ids);
+    CHECK(to_host(counts) == ref.counts);
+    CHECK(to_host(post)[0] == ref.align.num_tokens_post_pad);
+  }
+}

@@ -11,11 +11,13 @@
 #include <string>
 
 #include "ops/align.hpp"
+#include "ops/align_ep.hpp"
 #include "ops/sum.hpp"
 
 // X(op, Op): one line per operation; Op names its detail::<Op>Shape and detail::<Op>Args.
 #define MOE_OPERATIONS(X) \
   X(align, Align)         \
+  X(align_ep, AlignEp)    \
   X(sum, Sum)
 
 namespace moe {

@@ -76,6 +76,26 @@ module moe_routing
       integer(c_int32_t), value :: num_experts, block_size
       integer(c_size_t), value :: workspace_bytes
     end function
+    ! expert parallelism (routing.h, moe_align_block_size_ep): expert_map, expert_counts and token_positions
+    ! may be c_null_ptr
+    integer(c_int) function moe_align_workspace_size_ep(numel, num_experts, num_local_experts, block_size, bytes) &
+        bind(C, name="moe_align_workspace_size_ep")
+      import :: c_int, c_int64_t, c_int32_t, c_size_t
+      integer(c_int64_t), value :: numel
+      integer(c_int32_t), value :: num_experts, num_local_experts, block_size
+      integer(c_size_t), intent(out) :: bytes
+    end function
+    integer(c_int) function moe_align_block_size_ep(topk_ids, id_type, numel, num_experts, expert_map, &
+        num_local_experts, block_size, sorted_token_ids, expert_ids, num_tokens_post_pad, expert_counts, &
+        token_positions, workspace, workspace_bytes, stream) bind(C, name="moe_align_block_size_ep")
+      import :: c_int, c_int64_t, c_int32_t, c_size_t, c_ptr
+      type(c_ptr), value :: topk_ids, expert_map, sorted_token_ids, expert_ids, num_tokens_post_pad, &
+                            expert_counts, token_positions, workspace, stream
+      integer(c_int), value :: id_type
+      integer(c_int64_t), value :: numel
+      integer(c_int32_t), value :: num_experts, num_local_experts, block_size
+      integer(c_size_t), value :: workspace_bytes
+    end function
     integer(c_int) function moe_sum(input, dtype, num_tokens, topk, hidden, output, stream) &
         bind(C, name="moe_sum")
       import :: c_int, c_int64_t, c_int32_t, c_ptr

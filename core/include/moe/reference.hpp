@@ -21,12 +21,33 @@ void align_block_size(const void* topk_ids, moe_dtype_t id_type, std::int64_t nu
 void sum(const void* input, moe_dtype_t dtype, std::int64_t num_tokens, std::int32_t topk, std::int64_t hidden,
          void* output);
 
+// Workspace bytes reference::align_block_size_ep needs (host memory): one counter per local expert.
+std::size_t align_workspace_size_ep(std::int64_t numel, std::int32_t num_experts, std::int32_t num_local_experts,
+                                    std::int32_t block_size);
+// expert_map (host memory here), expert_counts and token_positions may be NULL.
+void align_block_size_ep(const void* topk_ids, moe_dtype_t id_type, std::int64_t numel, std::int32_t num_experts,
+                         const std::int32_t* expert_map, std::int32_t num_local_experts, std::int32_t block_size,
+                         std::int32_t* sorted_token_ids, std::int32_t* expert_ids, std::int32_t* num_tokens_post_pad,
+                         std::int32_t* expert_counts, std::int32_t* token_positions, void* workspace,
+                         std::size_t workspace_bytes);
+
 template <class IdT>
 void align_block_size(const IdT* topk_ids, std::int64_t numel, std::int32_t num_experts, std::int32_t block_size,
                       std::int32_t* sorted_token_ids, std::int32_t* expert_ids, std::int32_t* num_tokens_post_pad,
                       void* workspace, std::size_t workspace_bytes) {
   align_block_size(static_cast<const void*>(topk_ids), dtype_of<IdT>::value, numel, num_experts, block_size,
                    sorted_token_ids, expert_ids, num_tokens_post_pad, workspace, workspace_bytes);
+}
+
+template <class IdT>
+void align_block_size_ep(const IdT* topk_ids, std::int64_t numel, std::int32_t num_experts,
+                         const std::int32_t* expert_map, std::int32_t num_local_experts, std::int32_t block_size,
+                         std::int32_t* sorted_token_ids, std::int32_t* expert_ids, std::int32_t* num_tokens_post_pad,
+                         std::int32_t* expert_counts, std::int32_t* token_positions, void* workspace,
+                         std::size_t workspace_bytes) {
+  align_block_size_ep(static_cast<const void*>(topk_ids), dtype_of<IdT>::value, numel, num_experts, expert_map,
+                      num_local_experts, block_size, sorted_token_ids, expert_ids, num_tokens_post_pad, expert_counts,
+                      token_positions, workspace, workspace_bytes);
 }
 
 template <class T>

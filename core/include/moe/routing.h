@@ -106,6 +106,55 @@ moe_status_t moe_align_block_size(const void* topk_ids, moe_dtype_t id_type, int
                                   size_t workspace_bytes, void* stream);
 
 /* ---------------------------------------------------------------------------------------------------------
+ * align_block_size_ep: moe_align_block_size for one rank of an expert-parallel layer, with two optional
+ * outputs for the data path around the expert GEMMs (permute, combine).
+ *
+ * Expert parallelism. expert_map: [num_experts] int32 in the backend's memory, the local index in
+ * [0, num_local_experts) of each global expert, or -1 when another rank holds it. Ids are grouped and padded by
+ * LOCAL index, ascending; expert_ids hold local indices. Dropped: an id outside [0, num_experts), or whose map
+ * entry is outside [0, num_local_experts) (-1 or anything else: never read out of bounds). expert_map NULL means
+ * the identity (then num_local_experts must equal num_experts). Several globals may map to one local index: their
+ * ids share one group, in ascending flat order.
+ * expert_counts: optional out [num_local_experts] (NULL: not written): each local expert's unpadded count.
+ * token_positions: optional out [numel] (NULL: not written): for each flat entry i, the index p with
+ * sorted_token_ids[p] == i, or -1 when entry i was dropped.
+ * Capacities: moe_align_max_padded/_blocks(numel, num_local_experts, block_size). Everything else (errors, tails
+ * written, no allocation, no host sync) as moe_align_block_size.
+ *
+ * In detail:
+ *   - sorted_token_ids, expert_ids, num_tokens_post_pad: exactly what moe_align_block_size gives for the ids
+ *     replaced by their local index (dropped ids by -1) and num_experts = num_local_experts: the sentinel is
+ *     `numel`, an empty local expert takes no block, both tails are written up to the capacities.
+ *   - num_local_experts is in [1, 65536]; it may exceed num_experts (local indices no global maps to stay empty).
+ *   - expert_map is read only at the entries of ids in [0, num_experts), and only on the device (no host copy).
+ *   - expert_counts[l]: the number of flat entries grouped under l (without padding); 0 for an empty l.
+ *   - Deterministic and bit-identical on every backend, like moe_align_block_size.
+ *   - moe_align_workspace_size_ep(...) bytes of workspace, a function of the shape alone (the same whether
+ *     expert_map is NULL or not, and whether the optional outputs are wanted or not).
+ *
+ * Example: 8 global experts on 2 ranks; this rank holds 4..7: expert_map = [-1,-1,-1,-1,0,1,2,3],
+ * num_local_experts 4, block_size 2, ids [4,1, 6,4, 0,7, 5,6] (4 tokens x topk 2), s = 8:
+ *   sorted_token_ids = [0,3, 6,s, 2,7, 5,s], expert_ids = [0,1,2,3], num_tokens_post_pad = 8; capacities
+ *   8+4*1 = 12 and 6, so 4 more s and two more -1 are written; expert_counts = [2,1,2,1];
+ *   token_positions = [0,-1,4,1,-1,6,2,5].
+ *
+ * Errors (MOE_ERROR_INVALID_ARGUMENT unless said): those of moe_align_block_size, with num_local_experts in
+ * place of num_experts in the capacity bound; num_local_experts < 1 or > 65536; expert_map NULL while
+ * num_local_experts != num_experts; an output (sorted_token_ids, expert_ids, num_tokens_post_pad, expert_counts,
+ * token_positions) or the workspace overlapping another buffer of the call (the inputs topk_ids and expert_map
+ * may overlap each other). Map entries are never errors: an entry out of range drops its ids.
+ * numel == 0 is valid: num_tokens_post_pad = 0, expert_counts (if given) all 0, nothing else is written.
+ * -------------------------------------------------------------------------------------------------------*/
+
+/* Bytes of workspace moe_align_block_size_ep needs for this shape on this backend (may be 0). */
+moe_status_t moe_align_workspace_size_ep(int64_t numel, int32_t num_experts, int32_t num_local_experts,
+                                         int32_t block_size, size_t* bytes);
+moe_status_t moe_align_block_size_ep(const void* topk_ids, moe_dtype_t id_type, int64_t numel,
+    int32_t num_experts, const int32_t* expert_map, int32_t num_local_experts, int32_t block_size,
+    int32_t* sorted_token_ids, int32_t* expert_ids, int32_t* num_tokens_post_pad,
+    int32_t* expert_counts, int32_t* token_positions, void* workspace, size_t workspace_bytes, void* stream);
+
+/* ---------------------------------------------------------------------------------------------------------
  * moe_sum: output[t][h] = sum over k = 0..topk-1, in that order, of input[t][k][h].
  *
  *   input  [num_tokens, topk, hidden] contiguous; output [num_tokens, hidden] contiguous; same dtype, one of

@@ -66,6 +66,16 @@ void align_block_size(const void* topk_ids, moe_dtype_t id_type, std::int64_t nu
 void sum(const void* input, moe_dtype_t dtype, std::int64_t num_tokens, std::int32_t topk, std::int64_t hidden,
          void* output, void* stream = nullptr);
 
+// Expert parallelism (routing.h, moe_align_block_size_ep): expert_map, expert_counts and token_positions may be
+// NULL.
+std::size_t align_workspace_size_ep(std::int64_t numel, std::int32_t num_experts, std::int32_t num_local_experts,
+                                    std::int32_t block_size);
+void align_block_size_ep(const void* topk_ids, moe_dtype_t id_type, std::int64_t numel, std::int32_t num_experts,
+                         const std::int32_t* expert_map, std::int32_t num_local_experts, std::int32_t block_size,
+                         std::int32_t* sorted_token_ids, std::int32_t* expert_ids, std::int32_t* num_tokens_post_pad,
+                         std::int32_t* expert_counts, std::int32_t* token_positions, void* workspace,
+                         std::size_t workspace_bytes, void* stream = nullptr);
+
 // Typed forms. IdT: int8_t, uint8_t, int16_t, int32_t, int64_t. T: float, half_t, bfloat16_t.
 template <class IdT>
 void align_block_size(const IdT* topk_ids, std::int64_t numel, std::int32_t num_experts, std::int32_t block_size,
@@ -74,6 +84,18 @@ void align_block_size(const IdT* topk_ids, std::int64_t numel, std::int32_t num_
   static_assert(std::is_integral<IdT>::value, "topk_ids must be an integer type");
   align_block_size(static_cast<const void*>(topk_ids), dtype_of<IdT>::value, numel, num_experts, block_size,
                    sorted_token_ids, expert_ids, num_tokens_post_pad, workspace, workspace_bytes, stream);
+}
+
+template <class IdT>
+void align_block_size_ep(const IdT* topk_ids, std::int64_t numel, std::int32_t num_experts,
+                         const std::int32_t* expert_map, std::int32_t num_local_experts, std::int32_t block_size,
+                         std::int32_t* sorted_token_ids, std::int32_t* expert_ids, std::int32_t* num_tokens_post_pad,
+                         std::int32_t* expert_counts, std::int32_t* token_positions, void* workspace,
+                         std::size_t workspace_bytes, void* stream = nullptr) {
+  static_assert(std::is_integral<IdT>::value, "topk_ids must be an integer type");
+  align_block_size_ep(static_cast<const void*>(topk_ids), dtype_of<IdT>::value, numel, num_experts, expert_map,
+                      num_local_experts, block_size, sorted_token_ids, expert_ids, num_tokens_post_pad, expert_counts,
+                      token_positions, workspace, workspace_bytes, stream);
 }
 
 template <class T>
