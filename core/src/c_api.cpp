@@ -41,6 +41,15 @@ int64_t guarded_value(F&& f) noexcept {
 
 }  // namespace
 
+namespace moe {
+namespace detail {
+// The same boundary for C entry points defined in other files (core/src/ep/c_api_ep.cpp): one last_error.
+moe_status_t c_boundary(void (*body)(void*), void* context) noexcept {
+  return guarded([&] { body(context); });
+}
+}  // namespace detail
+}  // namespace moe
+
 extern "C" {
 
 const char* moe_backend_name(void) { return moe::backend_name(); }
