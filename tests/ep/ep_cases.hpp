@@ -32,6 +32,11 @@ struct World {
                                   const std::int32_t* expert_local) = 0;
   virtual bool device_path() const = 0;  // NCCL: capacity-mode errors come from check_status
   virtual void* stream() const { return nullptr; }
+  // Runs f: directly, or (capturable: a capacity-mode call on a GPU) captured into a graph and replayed.
+  virtual void submit(const std::function<void()>& f, bool capturable) {
+    (void)capturable;
+    f();
+  }
 };
 
 struct Tally {
@@ -349,10 +354,11 @@ inline void run_layer(World& w, const Layer& L, moe::ep::Handle& handle, Tally& 
   auto d_hidden = to_device(L.hidden_rows[static_cast<std::size_t>(me)]);
   auto d_scales = to_device(L.scales[static_cast<std::size_t>(me)]);
   auto d_weights = to_device(L.topk_weights[static_cast<std::size_t>(me)]);
-  const auto counts = handle.dispatch_layout(d_ids.data(), T, st);
+  const bool cap = L.mode == MOE_EP_CAPACITY;
+  moe::ep::Handle::Counts counts{};
+  w.submit([&] { counts = handle.dispatch_layout(d_ids.data(), T, st); }, cap);
   std::vector<std::int64_t> per_source;
   const auto want = expected_rows(L, me, &per_source);
-  const bool cap = L.mode == MOE_EP_CAPACITY;
   const std::int64_t cap_rows = cap ? handle.config().capacity : 0;
   const std::int64_t R = cap ? L.world * cap_rows : static_cast<std::int64_t>(want.size());
   tally.check(counts.recv_rows == R, name + ": recv_rows " + std::to_string(counts.recv_rows) + " != " + std::to_string(R));
@@ -363,8 +369,11 @@ inline void run_layer(World& w, const Layer& L, moe::ep::Handle& handle, Tally& 
   auto d_recv_scales = to_device(std::vector<float>(static_cast<std::size_t>(rows_alloc * L.spt), -7.0f));
   auto d_recv_ids = to_device(std::vector<std::int32_t>(static_cast<std::size_t>(rows_alloc * L.topk), 0x5A5A5A5A));
   auto d_recv_w = to_device(std::vector<float>(static_cast<std::size_t>(rows_alloc * L.topk), -9.0f));
-  handle.dispatch(d_hidden.data(), L.spt > 0 ? d_scales.data() : nullptr, L.weights ? d_weights.data() : nullptr,
-                  d_recv.data(), L.spt > 0 ? d_recv_scales.data() : nullptr, d_recv_ids.data(), d_recv_w.data(), rows_alloc, st);
+  w.submit([&] {
+    handle.dispatch(d_hidden.data(), L.spt > 0 ? d_scales.data() : nullptr, L.weights ? d_weights.data() : nullptr,
+                    d_recv.data(), L.spt > 0 ? d_recv_scales.data() : nullptr, d_recv_ids.data(), d_recv_w.data(),
+                    rows_alloc, st);
+  }, cap);
   moe::synchronize(st);
   const auto recv = to_host(d_recv, static_cast<std::size_t>(rows_alloc) * rb);
   const auto recv_scales = to_host(d_recv_scales, static_cast<std::size_t>(rows_alloc * L.spt));
@@ -459,8 +468,10 @@ inline void run_layer(World& w, const Layer& L, moe::ep::Handle& handle, Tally& 
   const bool corrupt = corrupt_rank >= 0 && w.sum(corrupted >= 0 ? 1 : 0) > 0;
   std::string err;
   try {
-    handle.combine(d_expert_out.data(), positions.empty() ? nullptr : d_positions.data(),
-                   L.weights ? d_weights.data() : nullptr, L.scale, d_out.data(), st);
+    w.submit([&] {
+      handle.combine(d_expert_out.data(), positions.empty() ? nullptr : d_positions.data(),
+                     L.weights ? d_weights.data() : nullptr, L.scale, d_out.data(), st);
+    }, cap);
     moe::synchronize(st);
     if (w.device_path()) handle.check_status(st);
   } catch (const moe::Error& e) {

@@ -534,9 +534,7 @@ Handle::Counts HandleImpl::layout(const std::int32_t* ids, std::int64_t T, void*
       download(h_gathered, gathered, static_cast<std::size_t>(W * stride()));
       judge_on_host(err);
     } else {
-#if defined(MOE_WITH_NCCL)
       ops::derive(gathered.data(), W, me, derived.data(), stream);
-#endif
       set_counts_capacity();
       pending_error = err;
       if (!err.empty()) invalid("moe_ep_dispatch_layout: " + err);  // the others learn it on the device

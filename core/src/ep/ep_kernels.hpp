@@ -248,36 +248,43 @@ MOE_HD void layout_finish(const LayoutView& v) {
 MOE_HD void layout_place_chunk(const LayoutView& v, std::int64_t c) {
   std::int32_t* rows = v.chunk_rows + c * v.world;
   std::int32_t* slots = v.chunk_slots + c * v.world;
+  const std::int32_t topk = v.topk, E = v.num_experts;
+  const std::int32_t* rank = v.expert_rank;
+  // in capacity mode, rows and slots past these are not placed; 2^31 - 1 otherwise (never reached)
+  const std::int32_t row_cap = v.capacity_mode ? static_cast<std::int32_t>(v.capacity) : 0x7FFFFFFF;
+  const std::int32_t slot_cap = v.capacity_mode ? static_cast<std::int32_t>(v.slot_capacity) : 0x7FFFFFFF;
   const std::int64_t t1 = (c + 1) * kChunk < v.num_tokens ? (c + 1) * kChunk : v.num_tokens;
   for (std::int64_t t = c * kChunk; t < t1; ++t) {
-    const std::int32_t* row = v.ids + t * v.topk;
-    std::int32_t* src = v.combine_src + t * v.topk;
-    for (std::int32_t k = 0; k < v.topk; ++k) {
+    const std::int32_t* row = v.ids + t * topk;
+    std::int32_t* src = v.combine_src + t * topk;
+    for (std::int32_t k = 0; k < topk; ++k) {
       const std::int32_t e = row[k];
-      if (!valid_id(e, v.num_experts)) {
+      if (!valid_id(e, E)) {
         src[k] = -1;
         continue;
       }
-      const std::int32_t d = v.expert_rank[e];
+      const std::int32_t d = rank[e];
       if (!first_on_rank(v, row, k, d)) continue;  // placed with its token's first slot on d
-      const std::int64_t j = rows[d]++;
-      const std::int64_t base = slots[d];
-      std::int64_t n = 0;
-      for (std::int32_t k2 = k; k2 < v.topk; ++k2) {
-        if (!valid_id(row[k2], v.num_experts) || v.expert_rank[row[k2]] != d) continue;
-        const std::int64_t q = base + n++;
-        src[k2] = (!v.capacity_mode || q < v.slot_capacity) ? static_cast<std::int32_t>(v.crecv_off[d] + q) : -1;
+      const std::int32_t j = rows[d]++;
+      const std::int32_t base = slots[d];
+      const auto crecv = static_cast<std::int32_t>(v.crecv_off[d]);  // < 2^31: checked at creation
+      std::int32_t q = base;
+      for (std::int32_t k2 = k; k2 < topk; ++k2) {
+        const std::int32_t e2 = row[k2];
+        if (!valid_id(e2, E) || rank[e2] != d) continue;
+        src[k2] = q < slot_cap ? crecv + q : -1;
+        ++q;
       }
-      slots[d] = static_cast<std::int32_t>(base + n);
-      if (!v.capacity_mode || j < v.capacity) {
+      slots[d] = q;
+      if (j < row_cap) {
         const std::int64_t p = v.send_off[d] + j;
         v.send_tok[p] = static_cast<std::int32_t>(t);
-        std::int32_t* m = v.send_meta + p * meta_words(v.topk);
-        for (std::int32_t k2 = 0; k2 < v.topk; ++k2) {
+        std::int32_t* m = v.send_meta + p * meta_words(topk);
+        for (std::int32_t k2 = 0; k2 < topk; ++k2) {
           const std::int32_t e2 = row[k2];
-          m[k2] = valid_id(e2, v.num_experts) && v.expert_rank[e2] == d ? v.expert_local[e2] : -1;
+          m[k2] = valid_id(e2, E) && rank[e2] == d ? v.expert_local[e2] : -1;
         }
-        m[2 * v.topk] = static_cast<std::int32_t>(base);
+        m[2 * topk] = base;
       }
     }
   }
