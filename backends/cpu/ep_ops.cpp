@@ -1,5 +1,6 @@
 // Expert parallelism on the CPU backend: the per-index bodies of ep_kernels.hpp in plain loops, in index order.
 #include <cstring>
+#include <vector>
 
 #include "dispatch.hpp"
 #include "ep/ep_kernels.hpp"
@@ -68,8 +69,8 @@ void reduce(const ReduceArgs& a, void*) {
     using storage = typename Traits::storage;
     const k::ReduceView<Traits> v{a.topk,  a.hidden, a.derived, a.combine_src, static_cast<const storage*>(a.crecv),
                                   a.weights, a.scale, static_cast<storage*>(a.output)};
-    for (std::int64_t t = 0; t < a.num_tokens; ++t)
-      for (std::int64_t h = 0; h < a.hidden; ++h) k::reduce_element(v, t, h);
+    std::vector<WeightedSum> acc(static_cast<std::size_t>(a.hidden));
+    for (std::int64_t t = 0; t < a.num_tokens; ++t) k::reduce_token_row(v, t, acc.data());
   });
 }
 

@@ -72,6 +72,21 @@ class Handle {
                void* output, void* stream = nullptr);
   void check_status(void* stream = nullptr);
 
+  // Benchmarking (perf/ep_bench): with timing on, every phase boundary waits for the stream and the wall-clock
+  // time of each phase is summed (seconds, this rank). Off by default: the calls then never wait for timing.
+  // Bytes are always counted: what this rank handed to the transport (every row, this rank's own included).
+  struct Phases {
+    double layout = 0;           // which rows go where (ops::layout) and the descriptor exchange + verdict
+    double pack = 0;             // local gathers: rows into the send staging, expert outputs into the combine staging
+    double exchange = 0;         // the all-to-alls of dispatch and combine
+    double unpack = 0;           // received ids / weights / gather lists
+    double reduce = 0;           // the weighted sums at the tokens' home
+    std::int64_t bytes_sent = 0, bytes_received = 0;
+  };
+  void set_timing(bool on);
+  Phases phases() const;
+  void reset_phases();
+
   const Config& config() const;            // with the defaults (0 fields) resolved
   std::int64_t recv_buffer_rows() const;   // rows the receive buffers of dispatch need at most
   std::size_t staging_bytes() const;       // the handle's memory in the backend's space

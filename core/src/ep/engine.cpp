@@ -9,6 +9,7 @@
 //   NCCL capacity mode: the descriptors are gathered on the device and judged there (ops::derive); kernels skip
 //     their work after an error and combine writes NaN; check_status brings the verdict to the host.
 #include <algorithm>
+#include <chrono>
 #include <limits>
 #include <memory>
 #include <string>
@@ -273,6 +274,29 @@ struct HandleImpl {
   std::int64_t num_tokens = 0, total_send_rows = 0, total_recv_rows = 0, total_recv_slots = 0;
   std::string pending_error;  // device path: this rank's refused arguments, for check_status
   std::size_t staging = 0;
+  bool timing = false;
+  Handle::Phases phases;
+  std::chrono::steady_clock::time_point last;
+
+  // Timing: start(stream) at a call's beginning, then mark(&phases.x, stream) after each phase.
+  void start(void* stream) {
+    if (!timing) return;
+    moe::synchronize(stream);
+    last = std::chrono::steady_clock::now();
+  }
+  void mark(double* phase, void* stream) {
+    if (!timing) return;
+    moe::synchronize(stream);
+    const auto now = std::chrono::steady_clock::now();
+    *phase += std::chrono::duration<double>(now - last).count();
+    last = now;
+  }
+  void count_bytes(const std::vector<std::int64_t>& sent, const std::vector<std::int64_t>& received, std::int64_t unit) {
+    for (std::int32_t r = 0; r < W; ++r) {
+      phases.bytes_sent += sent[static_cast<std::size_t>(r)] * unit;
+      phases.bytes_received += received[static_cast<std::size_t>(r)] * unit;
+    }
+  }
 
   Transport& tr() const { return *comm->transport; }
   std::int64_t stride() const { return k::desc_words(W); }
@@ -492,6 +516,7 @@ Handle::Counts HandleImpl::layout(const std::int32_t* ids, std::int64_t T, void*
   else if (T > cfg.max_tokens)
     err = "num_tokens = " + str(T) + " exceeds this handle's max_tokens = " + str(cfg.max_tokens), flags = k::kFlagTooManyTokens;
   else if (T > 0 && ids == nullptr) err = "topk_ids is NULL while num_tokens = " + str(T), flags = k::kFlagLocalArg;
+  start(stream);
   if (!device_path) agree(k::kOpLayout, "");  // the arguments' errors travel in the descriptor
   const std::int64_t T_eff = err.empty() ? T : 0;
   k::LayoutView v{};
@@ -540,6 +565,7 @@ Handle::Counts HandleImpl::layout(const std::int32_t* ids, std::int64_t T, void*
       if (!err.empty()) invalid("moe_ep_dispatch_layout: " + err);  // the others learn it on the device
     }
   }
+  mark(&phases.layout, stream);
   num_tokens = T_eff;
   state = 1;
   if (capacity) return {W * cfg.capacity, W * cfg.slot_capacity};
@@ -560,6 +586,7 @@ void HandleImpl::dispatch(const void* hidden, const float* scales, const float* 
   else if (needed > 0 && recv_hidden == nullptr) err = "recv_hidden is NULL while this rank receives " + str(needed) + " rows";
   else if (needed > 0 && recv_ids == nullptr) err = "recv_topk_ids is NULL while this rank receives " + str(needed) + " rows";
   else if (needed > 0 && spt > 0 && recv_scales == nullptr) err = "recv_scales is NULL but the handle has scales_per_token = " + str(spt);
+  start(stream);
   agree(kOpDispatch, err);
 
   k::PackView p{};
@@ -579,10 +606,13 @@ void HandleImpl::dispatch(const void* hidden, const float* scales, const float* 
   p.send_meta = send_meta.data();
   ops::pack_dispatch(p, capacity ? W * cfg.capacity : total_send_rows, stream);
   if (!device_path) moe::synchronize(stream);
+  mark(&phases.pack, stream);
   const Transport::Part parts[3] = {{send_rows.data(), recv_hidden, row_bytes},
                                     {send_scales.data(), recv_scales, spt * 4},
                                     {send_meta.data(), recv_meta.data(), meta_w * 4}};
   tr().alltoallv(parts, 3, send_count.data(), send_off.data(), recv_count.data(), recv_off.data(), stream);
+  count_bytes(send_count, recv_count, row_bytes + spt * 4 + meta_w * 4);
+  mark(&phases.exchange, stream);
 
   k::UnpackView u{};
   u.capacity_mode = capacity;
@@ -596,6 +626,7 @@ void HandleImpl::dispatch(const void* hidden, const float* scales, const float* 
   u.cgather = cgather.data();
   u.cgather_capacity = recv_slot_cap;
   ops::unpack_dispatch(u, capacity ? W * cfg.capacity : total_recv_rows, stream);
+  mark(&phases.unpack, stream);
   state = 2;
 }
 
@@ -607,6 +638,7 @@ void HandleImpl::combine(const void* expert_out, const std::int32_t* token_posit
   if (state != 2) err = "no dispatch since the last moe_ep_dispatch_layout (call moe_ep_dispatch first)";
   else if (slots > 0 && expert_out == nullptr) err = "expert_out is NULL while this rank holds experts of " + str(slots) + " slots";
   else if (num_tokens > 0 && output == nullptr) err = "output is NULL while num_tokens = " + str(num_tokens);
+  start(stream);
   agree(kOpCombine, err);
 
   k::CombinePackView c{};
@@ -628,8 +660,11 @@ void HandleImpl::combine(const void* expert_out, const std::int32_t* token_posit
       upload(missing, std::vector<std::int32_t>{0});
     }
   }
+  mark(&phases.pack, stream);
   const Transport::Part part{csend.data(), crecv.data(), out_row_bytes};
   tr().alltoallv(&part, 1, csend_count.data(), csend_off.data(), crecv_count.data(), crecv_off.data(), stream);
+  count_bytes(csend_count, crecv_count, out_row_bytes);
+  mark(&phases.exchange, stream);
 
   ops::ReduceArgs r{};
   r.dtype = cfg.combine_dtype;
@@ -643,6 +678,7 @@ void HandleImpl::combine(const void* expert_out, const std::int32_t* token_posit
   r.scale = scale;
   r.output = output;
   ops::reduce(r, stream);
+  mark(&phases.reduce, stream);
   if (!device_path) {  // the output is written (NaN where rows were missing); now every rank learns of it
     moe::synchronize(stream);
     agree(kOpCombineRows, missing_err);
@@ -720,6 +756,9 @@ void Handle::combine(const void* expert_out, const std::int32_t* token_positions
   impl_->combine(expert_out, token_positions, topk_weights, scale, output, stream);
 }
 void Handle::check_status(void* stream) { impl_->check_status(stream); }
+void Handle::set_timing(bool on) { impl_->timing = on; }
+Handle::Phases Handle::phases() const { return impl_->phases; }
+void Handle::reset_phases() { impl_->phases = Phases{}; }
 const Config& Handle::config() const { return impl_->cfg; }
 std::int64_t Handle::recv_buffer_rows() const { return impl_->recv_cap; }
 std::size_t Handle::staging_bytes() const { return impl_->staging; }

@@ -410,14 +410,40 @@ struct ReduceView {
   storage* output;                   // [T, hidden]
 };
 
+// Is every slot of token t's output present (and the verdict good)? Else its output is canonical NaN.
+template <class Traits>
+MOE_HD bool reduce_token_ok(const ReduceView<Traits>& v, std::int64_t t) {
+  const std::int32_t* src = v.combine_src + t * v.topk;
+  bool ok = derived_ok(v.derived);
+  for (std::int32_t k = 0; k < v.topk && ok; ++k) ok = src[k] >= 0;
+  return ok;
+}
+
+// Token t's whole row, k outermost (host backends: one pass over each slot's row). acc: [hidden] scratch. Each
+// element sees the same operations in the same order as reduce_element.
+template <class Traits>
+MOE_HD void reduce_token_row(const ReduceView<Traits>& v, std::int64_t t, WeightedSum* acc) {
+  using storage = typename Traits::storage;
+  storage* out = v.output + t * v.hidden;
+  if (!reduce_token_ok(v, t)) {
+    for (std::int64_t h = 0; h < v.hidden; ++h) out[h] = Traits::store(numeric::f32_from_bits(numeric::kCanonicalNanF32));
+    return;
+  }
+  for (std::int64_t h = 0; h < v.hidden; ++h) acc[h] = WeightedSum{};
+  for (std::int32_t k = 0; k < v.topk; ++k) {
+    const storage* row = v.crecv + static_cast<std::int64_t>(v.combine_src[t * v.topk + k]) * v.hidden;
+    const float w = v.weights != nullptr ? v.weights[t * v.topk + k] : 1.0f;
+    for (std::int64_t h = 0; h < v.hidden; ++h) acc[h].add(w, Traits::load(row[h]));
+  }
+  for (std::int64_t h = 0; h < v.hidden; ++h) out[h] = Traits::store(acc[h].finish(v.scale));
+}
+
 // Output element (t, h).
 template <class Traits>
 MOE_HD void reduce_element(const ReduceView<Traits>& v, std::int64_t t, std::int64_t h) {
   using storage = typename Traits::storage;
   const std::int32_t* src = v.combine_src + t * v.topk;
-  bool ok = derived_ok(v.derived);
-  for (std::int32_t k = 0; k < v.topk && ok; ++k) ok = src[k] >= 0;
-  if (!ok) {  // never a silently wrong number: canonical NaN (the status says why)
+  if (!reduce_token_ok(v, t)) {  // never a silently wrong number: canonical NaN (the status says why)
     v.output[t * v.hidden + h] = Traits::store(numeric::f32_from_bits(numeric::kCanonicalNanF32));
     return;
   }
