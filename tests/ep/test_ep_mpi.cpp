@@ -13,6 +13,8 @@
 
 #include "ep_cases.hpp"
 
+extern "C" int moe_ep_c_smoke(const void* mpi_comm);  // ep_c_smoke.c
+
 namespace {
 
 struct MpiWorld final : ep_test::World {
@@ -59,6 +61,8 @@ int main(int argc, char** argv) {
     rc = 77;
   } else {
     ep_test::Tally tally;
+    const int c_rc = moe_ep_c_smoke(&world.comm);
+    tally.check(c_rc == 0, "the C API smoke (ep_c_smoke.c) returned " + std::to_string(c_rc));
     ep_test::run_error_cases(world, tally);
     ep_test::run_random_layers(world, tally, seed + static_cast<std::uint64_t>(world.size()) * 1000003u, layers, max_tokens);
     for (const auto& n : tally.notes) std::printf("rank %d FAILED: %s\n", me, n.c_str());
