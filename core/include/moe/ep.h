@@ -55,7 +55,8 @@
  * with w = topk_weights (NULL: 1). The output is bit-identical to a single-process run of the same layer (route,
  * permute, the same expert function, moe_combine) on the reference backend, whatever the world size.
  * A present local slot whose token_positions entry is negative has no row: its row is sent as NaN (so the home
- * rank's output for that token is NaN, never a silently wrong number) and the status reports it.
+ * rank's output for that token is NaN, never a silently wrong number); MPI: combine then fails on every rank
+ * (after writing the output); NCCL: moe_ep_check_status on that rank reports it.
  *
  * ---- Modes -------------------------------------------------------------------------------------------------
  * MOE_EP_EXACT: moe_ep_dispatch_layout synchronises with the host once (the received counts), returns R, and the
@@ -183,10 +184,11 @@ moe_status_t moe_ep_dispatch(moe_ep_handle_t handle, const void* hidden, const f
  * [num_tokens, hidden] of combine_dtype, this rank's tokens in their order; must not overlap expert_out. */
 moe_status_t moe_ep_combine(moe_ep_handle_t handle, const void* expert_out, const int32_t* token_positions,
                             const float* topk_weights, float scale, void* output, void* stream);
-/* Waits for `stream` and reports what the device found since the last check (capacity mode on GPUs: overflow,
- * bad ids, ranks that disagree, a present slot without a row): MOE_SUCCESS, or the error with its text. Not
- * collective, but every rank gets the same answer for everything except a missing slot row (found on the
- * expert's rank). Clears what it reported. On the host paths it returns MOE_SUCCESS (errors were raised at once). */
+/* NCCL path: waits for `stream` and reports what the device found: the verdict of the last layout (capacity
+ * mode: overflow, bad ids, ranks that disagree; it stays until the next layout) and any present slot without a
+ * row since the last check (then cleared): MOE_SUCCESS, or the error with its text. Not collective; every rank
+ * gets the same verdict (a missing row is reported on the expert's rank). MPI path: MOE_SUCCESS (errors were
+ * raised at once, by the call that found them). */
 moe_status_t moe_ep_check_status(moe_ep_handle_t handle, void* stream);
 
 #ifdef __cplusplus
