@@ -697,8 +697,56 @@ inline void run_error_cases(World& w, Tally& tally) {
   }
 }
 
+// Fixed adversarial layers: nobody has tokens; every token to expert 0 (rank 0 receives all, the others
+// nothing); every slot of a token on one expert (duplicates); topk = num_experts with all experts on the last rank;
+// one token in the whole world. Each in both modes.
+inline std::vector<Layer> adversarial_layers(std::int32_t world) {
+  std::vector<Layer> out;
+  for (moe_ep_mode_t mode : {MOE_EP_EXACT, MOE_EP_CAPACITY})
+    for (int kind = 0; kind < 5; ++kind) {
+      Layer L = random_layer(4242 + static_cast<std::uint64_t>(kind), world, 300);
+      L.mode = mode;
+      if (kind == 3) {  // all experts on the last rank, topk = num_experts
+        L.num_experts = 8, L.topk = 8, L.explicit_placement = true, L.explicit_local = false;
+        L.expert_rank.assign(8, world - 1);
+        L.expert_local.resize(8);
+        for (std::int32_t e = 0; e < 8; ++e) L.expert_local[static_cast<std::size_t>(e)] = e;
+      }
+      const auto busiest = static_cast<std::int32_t>(std::max_element(L.tokens.begin(), L.tokens.end()) - L.tokens.begin());
+      for (std::int32_t r = 0; r < world; ++r) {
+        auto& T = L.tokens[static_cast<std::size_t>(r)];  // only ever lowered: the inputs stay valid
+        if (kind == 0) T = 0;
+        if (kind == 4) T = r == busiest ? std::min<std::int64_t>(T, 1) : 0;
+        L.ids[static_cast<std::size_t>(r)].resize(static_cast<std::size_t>(T * L.topk));
+        L.topk_weights[static_cast<std::size_t>(r)].resize(static_cast<std::size_t>(T * L.topk), 0.5f);
+        for (std::int64_t t = 0; t < T; ++t)
+          for (std::int32_t k = 0; k < L.topk; ++k) {
+            auto& e = L.ids[static_cast<std::size_t>(r)][static_cast<std::size_t>(t * L.topk + k)];
+            if (kind == 1) e = 0;
+            if (kind == 2) e = static_cast<std::int32_t>((t * 5 + r) % L.num_experts);
+            if (kind == 3) e = (k + static_cast<std::int32_t>(t)) % 8;
+          }
+      }
+      if (mode == MOE_EP_CAPACITY) L.fit_capacity(0, kind % 2 == 0, 0);
+      else L.capacity = L.slot_capacity = 0;
+      out.push_back(L);
+    }
+  return out;
+}
+
 // The random sweep: `count` layers from `seed`, each run on a fresh handle (some twice, reusing it).
 inline void run_random_layers(World& w, Tally& tally, std::uint64_t seed, int count, std::int64_t max_tokens) {
+  int a = 0;
+  for (const Layer& L : adversarial_layers(w.size())) {
+    const std::string name = "adversarial " + std::to_string(a++) + " {" + describe(L) + "}";
+    try {
+      moe::ep::Comm comm = w.make_comm(L.num_experts, L.expert_rank.data(), L.expert_local.data());
+      moe::ep::Handle h(comm, L.config());
+      run_layer(w, L, h, tally, name, comm);
+    } catch (const std::exception& e) {
+      tally.check(false, name + ": threw '" + e.what() + "'");
+    }
+  }
   for (int i = 0; i < count; ++i) {
     const Layer L = random_layer(seed + static_cast<std::uint64_t>(i), w.size(), max_tokens);
     const std::string name = "layer " + std::to_string(i) + " {" + describe(L) + "}";

@@ -45,7 +45,7 @@ struct MpiWorld final : ep_test::World {
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
-  int layers = 24;
+  int layers = 32;
   std::uint64_t seed = 20261206;
   std::int64_t max_tokens = 4096;
   for (int i = 1; i + 1 < argc; i += 2) {

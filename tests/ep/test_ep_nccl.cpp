@@ -81,7 +81,7 @@ struct NcclWorld final : ep_test::World {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int gpus = 0, layers = 24;
+  int gpus = 0, layers = 32;
   bool graphs = true;
   std::uint64_t seed = 20261206;
   std::int64_t max_tokens = 4096;
