@@ -77,7 +77,10 @@
  * call behind). On the MPI path local argument errors (a NULL pointer, a buffer too small, a call out of order)
  * are agreed on too: the faulty rank gets the text naming its argument, the others "rank r failed". On the NCCL
  * path argument errors found on the host before any transfer are reported on the faulty rank only (NCCL has no
- * host-side agreement without a synchronisation): the other ranks' transfers then wait for it, as NCCL does.
+ * host-side agreement without a synchronisation): the other ranks' transfers then wait for it, as NCCL does;
+ * except those of moe_ep_dispatch_layout in capacity mode (num_tokens > max_tokens, NULL topk_ids), which travel
+ * in the descriptor like a bad id: nothing is raised, the layer runs without moving rows, combine writes NaN over
+ * the num_tokens rows passed, and moe_ep_check_status names the argument (on the faulty rank; the others name it).
  * After any reported error the handle stays usable: every rank left the call at the same point.
  *
  * ---- What callers must keep consistent across ranks ----------------------------------------------------------

@@ -510,6 +510,7 @@ void HandleImpl::judge_on_host(const std::string& local_error) {
 Handle::Counts HandleImpl::layout(const std::int32_t* ids, std::int64_t T, void* stream) {
   ++seq;
   state = 0;
+  pending_error.clear();
   std::string err;
   std::int64_t flags = 0;
   if (T < 0) err = "num_tokens must be >= 0, got " + str(T), flags = k::kFlagLocalArg;
@@ -561,12 +562,14 @@ Handle::Counts HandleImpl::layout(const std::int32_t* ids, std::int64_t T, void*
     } else {
       ops::derive(gathered.data(), W, me, derived.data(), stream);
       set_counts_capacity();
-      pending_error = err;
-      if (!err.empty()) invalid("moe_ep_dispatch_layout: " + err);  // the others learn it on the device
+      pending_error = err.empty() ? err : "moe_ep_dispatch_layout: " + err;
     }
   }
   mark(&phases.layout, stream);
-  num_tokens = T_eff;
+  // NCCL capacity mode never raises what the device judges: a refused layout still runs the layer (so that no
+  // rank waits for this one), every rank's verdict is an error, nothing moves and combine writes NaN over all
+  // the tokens the caller passed; check_status names the argument.
+  num_tokens = (device_path && capacity && !err.empty()) ? std::max<std::int64_t>(T, 0) : T_eff;
   state = 1;
   if (capacity) return {W * cfg.capacity, W * cfg.slot_capacity};
   return {total_recv_rows, total_recv_slots};
@@ -696,7 +699,7 @@ void HandleImpl::check_status(void* stream) {
   const auto key = static_cast<std::uint64_t>(d[k::kStatusKey]);
   if (state != 0 && key != k::kOk) {
     download(h_gathered, gathered, static_cast<std::size_t>(W * stride()));
-    msg = "moe_ep_dispatch_layout: " + verdict_text(key, h_gathered, W, me, pending_error);
+    msg = pending_error.empty() ? "moe_ep_dispatch_layout: " + verdict_text(key, h_gathered, W, me, "") : pending_error;
   }
   if (m[0] != 0) {
     if (!msg.empty()) msg += "; ";
