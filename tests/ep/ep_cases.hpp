@@ -650,6 +650,45 @@ inline void run_error_cases(World& w, Tally& tally) {
                    [&] { h.dispatch_layout(d_ids.data(), L.tokens[static_cast<std::size_t>(me)], w.stream()); });
     }
   }
+  // 7b. (NCCL, capacity) a refused layout on rank 0 raises nothing: the layer runs, every output is NaN, and
+  // check_status names the argument on every rank.
+  if (!host) {
+    Layer L = small_layer(W, seed, MOE_EP_CAPACITY);
+    moe::ep::Comm comm = w.make_comm(L.num_experts, L.expert_rank.data(), L.expert_local.data());
+    moe::ep::Handle h(comm, L.config());
+    const std::int64_t T = me == 0 ? L.max_tokens + 1 : L.tokens[static_cast<std::size_t>(me)];
+    std::vector<std::int32_t> ids(static_cast<std::size_t>(T * L.topk), 0);
+    std::vector<unsigned char> hid(static_cast<std::size_t>(T * L.row_bytes()), 0);
+    std::vector<float> sc(static_cast<std::size_t>(T * L.spt), 1.0f);
+    auto d_ids = to_device(ids);
+    auto d_hid = to_device(hid);
+    auto d_sc = to_device(sc);
+    const std::int64_t rows = h.recv_buffer_rows();
+    moe::device_buffer<unsigned char> recv(static_cast<std::size_t>(rows * L.row_bytes()));
+    moe::device_buffer<float> recv_sc(static_cast<std::size_t>(rows * L.spt));
+    moe::device_buffer<std::int32_t> recv_ids(static_cast<std::size_t>(rows * L.topk));
+    moe::device_buffer<unsigned char> ex(static_cast<std::size_t>(std::max<std::int64_t>(rows * L.topk, 1) * L.out_row_bytes()));
+    moe::device_buffer<unsigned char> out(static_cast<std::size_t>(std::max<std::int64_t>(T, 1) * L.out_row_bytes()));
+    std::string err;
+    try {
+      h.dispatch_layout(d_ids.data(), T, w.stream());
+      h.dispatch(d_hid.data(), L.spt ? d_sc.data() : nullptr, nullptr, recv.data(), L.spt ? recv_sc.data() : nullptr,
+                 recv_ids.data(), nullptr, rows, w.stream());
+      h.combine(ex.data(), nullptr, nullptr, 1.0f, out.data(), w.stream());
+    } catch (const moe::Error& e) {
+      err = e.what();
+    }
+    tally.check(err.empty(), "refused capacity layout: raised '" + err + "'");
+    moe::synchronize(w.stream());
+    const auto o = to_host(out, static_cast<std::size_t>(T * L.out_row_bytes()));
+    bool all_nan = true;
+    for (std::int64_t i = 0; i < T * L.hidden; ++i)
+      all_nan &= std::isnan(load_out(L.out_t, o.data(), i));
+    tally.check(all_nan, "refused capacity layout: the output is not all NaN");
+    expect_error(w, tally, "refused capacity layout", MOE_ERROR_INVALID_ARGUMENT,
+                 me == 0 ? "exceeds this handle's max_tokens" : "rank 0: num_tokens", false, [&] { h.check_status(w.stream()); });
+    run_layer(w, L, h, tally, "after a refused capacity layout", comm);
+  }
   if (!host) return;
   // 8. (MPI) a receive buffer too small on the last rank: every rank fails before anything moves.
   // 9. (MPI) ranks in different calls: rank 0 in combine while the others dispatch.

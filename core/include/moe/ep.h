@@ -138,7 +138,8 @@ moe_status_t moe_ep_comm_expert_map(moe_ep_comm_t comm, int32_t* expert_map);
 /* Host out [num_local_experts]: the global id of each local expert. */
 moe_status_t moe_ep_comm_local_experts(moe_ep_comm_t comm, int32_t* global_ids);
 
-/* The shape of one MoE layer's exchange. All fields but the last three must be equal on every rank. */
+/* The shape of one MoE layer's exchange. Every field must be equal on every rank, except max_tokens, max_recv_rows
+ * and max_recv_slots (per rank). Fields of the other mode are ignored. */
 typedef struct {
   int64_t max_tokens;       /* most tokens this rank passes to one dispatch (>= 0; per rank) */
   int64_t hidden;           /* elements per row, both directions (>= 1) */
@@ -184,7 +185,8 @@ moe_status_t moe_ep_dispatch(moe_ep_handle_t handle, const void* hidden, const f
                              int32_t* recv_topk_ids, float* recv_topk_weights, int64_t recv_rows, void* stream);
 /* COLLECTIVE. expert_out: see "Combine" above (combine_dtype). token_positions: NULL (flat) or [recv_rows * topk]
  * int32. topk_weights: this rank's [num_tokens, topk] fp32 of the layout's call, or NULL (weights 1). output:
- * [num_tokens, hidden] of combine_dtype, this rank's tokens in their order; must not overlap expert_out. */
+ * [num_tokens, hidden] of combine_dtype, this rank's tokens in their order; must not overlap expert_out (not
+ * checked: expert_out's extent depends on the caller's layout). */
 moe_status_t moe_ep_combine(moe_ep_handle_t handle, const void* expert_out, const int32_t* token_positions,
                             const float* topk_weights, float scale, void* output, void* stream);
 /* NCCL path: waits for `stream` and reports what the device found: the verdict of the last layout (capacity
