@@ -15,8 +15,8 @@
  *
  * ---- The flow of one MoE layer (every call is COLLECTIVE over the communicator: every rank calls it, in the
  * same order, on handles created with the same configuration) ------------------------------------------------
- *   moe_ep_dispatch_layout(h, topk_ids, num_tokens, &R)   which token goes where; the counts are exchanged
- *   moe_ep_dispatch(h, hidden, scales, topk_weights, recv_hidden, recv_scales, recv_ids, recv_weights, ...)
+ *   moe_ep_dispatch_layout(h, topk_ids, num_tokens, &R, &slots, stream)   which token goes where; counts exchanged
+ *   moe_ep_dispatch(h, hidden, scales, topk_weights, recv_hidden, recv_scales, recv_ids, recv_weights, rows, stream)
  *   ... the caller's experts on the received rows: e.g. moe_align_block_size_ep(recv_ids, numel = R * topk,
  *       expert_map = NULL, num_local_experts) -> moe_permute -> grouped GEMM, giving one output row per present
  *       slot (flat [R * topk] rows, or the permuted layout with align's token_positions)
