@@ -3,7 +3,9 @@ set(MOE_GPU_SOURCES
   ${PROJECT_SOURCE_DIR}/backends/cuda_hip/align.cu
   ${PROJECT_SOURCE_DIR}/backends/cuda_hip/align_ep.cu
   ${PROJECT_SOURCE_DIR}/backends/cuda_hip/sum.cu
-  ${PROJECT_SOURCE_DIR}/backends/cuda_hip/backend.cu)
+  ${PROJECT_SOURCE_DIR}/backends/cuda_hip/backend.cu
+  ${PROJECT_SOURCE_DIR}/backends/cuda_hip/ep_layout.cu     # expert parallelism (moe/ep.h): layout, verdict
+  ${PROJECT_SOURCE_DIR}/backends/cuda_hip/ep_exchange.cu)  # pack, unpack, reduce
 
 # The CUDA language for the library, shared by the CUDA backend and the HIP backend's NVIDIA platform: the
 # architectures (MOE_CUDA_ARCHITECTURES, default 90;80), the static runtime, and IEEE arithmetic only (moe_sum

@@ -1,0 +1,52 @@
+# Expert parallelism (moe/ep.h): the engine in core/src/ep/, the backend's steps (backends/<name>/ep_*), and the
+# transports the build options name. Without either option the API still exists and answers UNSUPPORTED.
+#   -DMOE_WITH_MPI=ON   CMake's FindMPI (C++ bindings not needed: the C API of MPI from C++). Any backend; device
+#                       buffers (CUDA/HIP) need a GPU-aware MPI at run time.
+#   -DMOE_WITH_NCCL=ON  CUDA backend: nccl.h / libnccl from the CUDA toolkit (or NCCL_ROOT / MOE_NCCL_ROOT).
+option(MOE_WITH_MPI "Expert-parallel dispatch/combine over MPI" OFF)
+option(MOE_WITH_NCCL "Expert-parallel dispatch/combine over NCCL (CUDA backend)" OFF)
+
+set(moe_ep_sources
+  ${PROJECT_SOURCE_DIR}/core/src/ep/engine.cpp
+  ${PROJECT_SOURCE_DIR}/core/src/ep/c_api_ep.cpp)
+if(MOE_BACKEND STREQUAL "CPU")
+  list(APPEND moe_ep_sources ${PROJECT_SOURCE_DIR}/backends/cpu/ep_ops.cpp)
+elseif(MOE_BACKEND STREQUAL "KOKKOS")
+  list(APPEND moe_ep_sources ${PROJECT_SOURCE_DIR}/backends/kokkos/ep_ops.cpp)
+endif()  # CUDA / HIP: backends/cuda_hip/ep_*.cu are in MOE_GPU_SOURCES (MoEGpuSources.cmake)
+
+if(MOE_WITH_MPI)
+  find_package(MPI REQUIRED COMPONENTS C)
+  list(APPEND moe_ep_sources ${PROJECT_SOURCE_DIR}/core/src/ep/transport_mpi.cpp)
+  target_link_libraries(moe_routing PRIVATE MPI::MPI_C)
+  # The C API of MPI from C++: keep Open MPI's / MPICH's deprecated C++ bindings out (they need libmpi_cxx).
+  set(MOE_MPI_C_ONLY OMPI_SKIP_MPICXX=1 MPICH_SKIP_MPICXX=1)
+  target_compile_definitions(moe_routing PRIVATE MOE_WITH_MPI=1 ${MOE_MPI_C_ONLY})
+  string(APPEND MOE_PACKAGE_DEPENDENCIES "\nfind_dependency(MPI COMPONENTS C)")
+  message(STATUS "moe-routing EP: MPI ${MPI_C_VERSION} (${MPIEXEC_EXECUTABLE})")
+endif()
+
+if(MOE_WITH_NCCL)
+  if(NOT MOE_BACKEND STREQUAL "CUDA")
+    message(FATAL_ERROR "MOE_WITH_NCCL needs MOE_BACKEND=CUDA (RCCL for HIP is not wired yet)")
+  endif()
+  find_package(CUDAToolkit REQUIRED)
+  find_path(MOE_NCCL_INCLUDE_DIR nccl.h
+    HINTS ${MOE_NCCL_ROOT} ENV NCCL_ROOT ${CUDAToolkit_INCLUDE_DIRS} ${CUDAToolkit_LIBRARY_ROOT}
+    PATH_SUFFIXES include)
+  find_library(MOE_NCCL_LIBRARY nccl
+    HINTS ${MOE_NCCL_ROOT} ENV NCCL_ROOT ${CUDAToolkit_LIBRARY_DIR} ${CUDAToolkit_LIBRARY_ROOT}
+    PATH_SUFFIXES lib lib64)
+  if(NOT MOE_NCCL_INCLUDE_DIR OR NOT MOE_NCCL_LIBRARY)
+    message(FATAL_ERROR "MOE_WITH_NCCL: nccl.h / libnccl not found (set MOE_NCCL_ROOT)")
+  endif()
+  list(APPEND moe_ep_sources ${PROJECT_SOURCE_DIR}/core/src/ep/transport_nccl.cpp)
+  target_include_directories(moe_routing SYSTEM PRIVATE ${MOE_NCCL_INCLUDE_DIR})
+  target_link_libraries(moe_routing PUBLIC ${MOE_NCCL_LIBRARY} CUDA::cudart_static)
+  target_compile_definitions(moe_routing PRIVATE MOE_WITH_NCCL=1)
+  message(STATUS "moe-routing EP: NCCL ${MOE_NCCL_LIBRARY}")
+endif()
+
+target_sources(moe_routing PRIVATE ${moe_ep_sources})
+# fp32 in a fixed order: no contraction into FMA on hosts that have it (GCC contracts by default even in ISO mode).
+set_source_files_properties(${moe_ep_sources} PROPERTIES COMPILE_OPTIONS "-ffp-contract=off")
