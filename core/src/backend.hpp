@@ -11,12 +11,16 @@
 #include <string>
 
 #include "ops/align.hpp"
+#include "ops/combine.hpp"
+#include "ops/permute.hpp"
 #include "ops/sum.hpp"
 
 // X(op, Op): one line per operation; Op names its detail::<Op>Shape and detail::<Op>Args.
 #define MOE_OPERATIONS(X) \
   X(align, Align)         \
-  X(sum, Sum)
+  X(sum, Sum)             \
+  X(permute, Permute)     \
+  X(combine, Combine)
 
 namespace moe {
 namespace backend {
