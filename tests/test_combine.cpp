@@ -4,6 +4,7 @@
 // trips through align + permute, and every error path. Outputs are poisoned before each call.
 #include <algorithm>
 #include <ios>
+#include <sstream>
 
 #include "datapath.hpp"
 
@@ -69,8 +70,10 @@ void require_same(const std::vector<T>& got, const std::vector<T>& want, const c
   const std::int64_t at = first_diff(got, want);
   if (at >= 0) {
     const auto i = static_cast<std::size_t>(at);
-    FAIL(what << " differ at " << at << ": bits 0x" << std::hex << bits(got[i]) << " vs 0x" << bits(want[i])
-              << std::dec << " (" << to_float(got[i]) << " vs " << to_float(want[i]) << ")");
+    std::ostringstream m;
+    m << what << " differ at " << at << ": bits 0x" << std::hex << bits(got[i]) << " vs 0x" << bits(want[i])
+      << std::dec << " (" << to_float(got[i]) << " vs " << to_float(want[i]) << ")";
+    FAIL(m.str());
   }
 }
 

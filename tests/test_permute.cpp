@@ -83,9 +83,10 @@ void check_permute(const PermuteCall& c, const std::vector<unsigned char>& hidde
   const auto got = backend_permute(c, hidden);
   if (got != ref) {
     const auto at = std::mismatch(got.begin(), got.end(), ref.begin()).first - got.begin();
-    FAIL(moe::backend_name() << " differs from the reference at byte " << at << " (row "
-                             << at / static_cast<std::ptrdiff_t>(std::max<std::size_t>(c.row_bytes(), 1)) << "): "
-                             << int(got[static_cast<std::size_t>(at)]) << " vs " << int(ref[static_cast<std::size_t>(at)]));
+    const std::string m = std::string(moe::backend_name()) + " differs from the reference at byte " + std::to_string(at) + " (row " +
+         std::to_string(at / static_cast<std::ptrdiff_t>(std::max<std::size_t>(c.row_bytes(), 1))) + "): " +
+         std::to_string(got[static_cast<std::size_t>(at)]) + " vs " + std::to_string(ref[static_cast<std::size_t>(at)]);
+    FAIL(m);
   }
 }
 
