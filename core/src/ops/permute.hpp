@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "contract.hpp"
+#include "host_device.hpp"
 
 namespace moe {
 namespace detail {
@@ -38,7 +39,7 @@ void check_permute_args(const PermuteShape& shape, const PermuteArgs& args);
 inline bool permute_is_empty(const PermuteShape& s) { return s.max_rows == 0 || s.row_bytes == 0; }
 
 // The rows written: min(max(*num_tokens_post_pad, 0), max_rows), the one rule every backend applies on the device.
-inline std::int64_t permute_rows(std::int32_t post_pad, std::int64_t max_rows) {
+MOE_HD std::int64_t permute_rows(std::int32_t post_pad, std::int64_t max_rows) {
   return post_pad < 0 ? 0 : (post_pad < max_rows ? post_pad : max_rows);
 }
 
