@@ -27,7 +27,8 @@ const char* dtype_name(moe_dtype_t t) {
   }
 }
 
-std::vector<std::int32_t> router_ids(std::int64_t tokens, std::int32_t topk, std::int32_t experts, std::mt19937_64& rng) {
+std::vector<std::int32_t> router_ids(std::int64_t tokens, std::int32_t topk, std::int32_t experts,
+                                     std::mt19937_64& rng) {
   std::vector<std::int32_t> ids;
   ids.reserve(static_cast<std::size_t>(tokens * topk));
   std::uniform_int_distribution<std::int32_t> e(0, experts - 1);
@@ -112,8 +113,10 @@ DatapathRow run_datapath(Measure& m, const DatapathCase& c) {
   moe::reference::align_block_size(ids.data(), numel, c.experts, c.block_size, sorted.data(), experts.data(), &post_pad,
                                    ws.data(), ws.size());
   std::vector<std::int32_t> positions(static_cast<std::size_t>(numel), -1);
-  for (std::int32_t p = 0; p < post_pad; ++p)
-    if (sorted[static_cast<std::size_t>(p)] < numel) positions[static_cast<std::size_t>(sorted[static_cast<std::size_t>(p)])] = p;
+  for (std::int32_t p = 0; p < post_pad; ++p) {
+    const std::int32_t id = sorted[static_cast<std::size_t>(p)];
+    if (id < numel) positions[static_cast<std::size_t>(id)] = p;
+  }
   std::vector<float> weights(static_cast<std::size_t>(numel));
   std::uniform_real_distribution<float> u(0.0f, 1.0f);
   for (auto& w : weights) w = u(rng);
@@ -134,7 +137,7 @@ DatapathRow run_datapath(Measure& m, const DatapathCase& c) {
   const int sets = std::clamp(static_cast<int>(240e6 / row.bytes), 1, 8);
   const std::size_t in_bytes = permute ? static_cast<std::size_t>(c.tokens) * row_bytes
                                        : static_cast<std::size_t>(std::max(post_pad, 1)) * row_bytes;
-  const std::size_t out_bytes = permute ? static_cast<std::size_t>(cap) * row_bytes : static_cast<std::size_t>(c.tokens) * row_bytes;
+  const std::size_t out_bytes = static_cast<std::size_t>(permute ? cap : c.tokens) * row_bytes;
   const auto host_in = make_values(in_bytes, c.dtype);
   std::vector<moe::device_buffer<unsigned char>> in, out;
   for (int s = 0; s < sets; ++s) {
@@ -189,9 +192,9 @@ void write_datapath_csv(const std::vector<DatapathRow>& rows, const std::string&
   std::ofstream out(path);
   out << "device,backend,op,shape,graph_us,cold_us,bytes,effective_gbs,same_bytes_copy_us,copy_fraction,rows\n";
   for (const auto& r : rows)
-    out << '"' << device << "\"," << moe::backend_name() << ',' << r.op << ",\"" << r.shape << "\"," << r.graph_us << ','
-        << r.cold_us << ',' << r.bytes << ',' << r.bytes / (r.graph_us * 1e-6) / 1e9 << ',' << r.copy_us << ','
-        << (r.copy_us > 0 ? r.copy_us / r.graph_us : 0.0) << ',' << r.rows << '\n';
+    out << '"' << device << "\"," << moe::backend_name() << ',' << r.op << ",\"" << r.shape << "\","
+        << r.graph_us << ',' << r.cold_us << ',' << r.bytes << ',' << r.bytes / (r.graph_us * 1e-6) / 1e9 << ','
+        << r.copy_us << ',' << (r.copy_us > 0 ? r.copy_us / r.graph_us : 0.0) << ',' << r.rows << '\n';
 }
 
 }  // namespace moe_perf

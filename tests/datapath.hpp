@@ -53,8 +53,10 @@ struct Layout {
 inline std::vector<std::int32_t> positions_from_sorted(const std::vector<std::int32_t>& sorted, std::int32_t post_pad,
                                                        std::int64_t numel) {
   std::vector<std::int32_t> pos(static_cast<std::size_t>(numel), -1);
-  for (std::int32_t p = 0; p < post_pad; ++p)
-    if (sorted[static_cast<std::size_t>(p)] < numel) pos[static_cast<std::size_t>(sorted[static_cast<std::size_t>(p)])] = p;
+  for (std::int32_t p = 0; p < post_pad; ++p) {
+    const std::int32_t id = sorted[static_cast<std::size_t>(p)];
+    if (id < numel) pos[static_cast<std::size_t>(id)] = p;
+  }
   return pos;
 }
 

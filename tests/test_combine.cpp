@@ -489,8 +489,9 @@ TEST_CASE("errors: combine") {
   // overlap of the output with each input
   float* rw = rows.data();
   CHECK_COMBINE_ERROR(moe_combine(r, f32, F, T, K, H, p, wt, 1.0f, rw + 5, nullptr), inval, "overlaps rows");
-  CHECK_COMBINE_ERROR(moe_combine(r, f32, F, T, K, H, reinterpret_cast<const std::int32_t*>(o + 3), wt, 1.0f, o, nullptr),
-                      inval, "overlaps token_positions");
+  const auto* inside_out = reinterpret_cast<const std::int32_t*>(o + 3);
+  CHECK_COMBINE_ERROR(moe_combine(r, f32, F, T, K, H, inside_out, wt, 1.0f, o, nullptr), inval,
+                      "overlaps token_positions");
   CHECK_COMBINE_ERROR(moe_combine(r, f32, F, T, K, H, p, o + 31, 1.0f, o, nullptr), inval, "overlaps topk_weights");
   // empty calls are no-ops, NULLs accepted (FLAT or PERMUTED)
   CHECK(moe_combine(nullptr, MOE_BFLOAT16, P, 0, 8, 4096, nullptr, nullptr, 1.0f, nullptr, nullptr) == MOE_SUCCESS);

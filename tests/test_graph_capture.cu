@@ -206,9 +206,9 @@ TEST_CASE("graph capture: align -> permute (bf16 rows, fp8 rows, fp32 per-token 
         experts(static_cast<std::size_t>(moe::align_max_blocks(numel, sh.E, sh.bs))), post(1),
         positions(static_cast<std::size_t>(numel));
     moe::device_buffer<unsigned char> ws(ws_bytes);
-    moe::device_buffer<moe::bfloat16_t> x(static_cast<std::size_t>(sh.tokens * H)), permuted(static_cast<std::size_t>(cap * H)),
-        out(static_cast<std::size_t>(sh.tokens * H));
-    moe::device_buffer<moe::float8_e4m3_t> q(static_cast<std::size_t>(sh.tokens * H)), q_perm(static_cast<std::size_t>(cap * H));
+    const auto token_elems = static_cast<std::size_t>(sh.tokens * H), row_elems = static_cast<std::size_t>(cap * H);
+    moe::device_buffer<moe::bfloat16_t> x(token_elems), permuted(row_elems), out(token_elems);
+    moe::device_buffer<moe::float8_e4m3_t> q(token_elems), q_perm(row_elems);
     moe::device_buffer<float> scales(static_cast<std::size_t>(sh.tokens)), scales_perm(static_cast<std::size_t>(cap)),
         weights(static_cast<std::size_t>(numel));
     const float scale = 0.5f;
@@ -254,8 +254,8 @@ TEST_CASE("graph capture: align -> permute (bf16 rows, fp8 rows, fp32 per-token 
       CHECK(std::memcmp(got_q.data(), want_q.data(), rows * static_cast<std::size_t>(H)) == 0);
       CHECK(std::memcmp(got_scales.data(), want_scales.data(), rows * 4) == 0);
       std::vector<moe::bfloat16_t> want_out(out.size());
-      moe::reference::combine(want_perm.data(), MOE_ROWS_PERMUTED, sh.tokens, sh.topk, H, l.positions.data(), h_w.data(),
-                              scale, want_out.data());
+      moe::reference::combine(want_perm.data(), MOE_ROWS_PERMUTED, sh.tokens, sh.topk, H, l.positions.data(),
+                              h_w.data(), scale, want_out.data());
       const auto got_out = to_host(out);
       CHECK(std::memcmp(got_out.data(), want_out.data(), got_out.size() * 2) == 0);
     }

@@ -82,10 +82,10 @@ void check_permute(const PermuteCall& c, const std::vector<unsigned char>& hidde
   REQUIRE_MESSAGE(ref == want, "reference vs the contract");
   const auto got = backend_permute(c, hidden);
   if (got != ref) {
-    const auto at = std::mismatch(got.begin(), got.end(), ref.begin()).first - got.begin();
-    const std::string m = std::string(moe::backend_name()) + " differs from the reference at byte " + std::to_string(at) + " (row " +
-         std::to_string(at / static_cast<std::ptrdiff_t>(std::max<std::size_t>(c.row_bytes(), 1))) + "): " +
-         std::to_string(got[static_cast<std::size_t>(at)]) + " vs " + std::to_string(ref[static_cast<std::size_t>(at)]);
+    const auto at = static_cast<std::size_t>(std::mismatch(got.begin(), got.end(), ref.begin()).first - got.begin());
+    const std::string m = std::string(moe::backend_name()) + " differs from the reference at byte " +
+                          std::to_string(at) + " (row " + std::to_string(at / std::max<std::size_t>(c.row_bytes(), 1)) +
+                          "): " + std::to_string(got[at]) + " vs " + std::to_string(ref[at]);
     FAIL(m);
   }
 }
@@ -96,7 +96,8 @@ TEST_CASE("permute golden: the contract's example, through a backend align (row 
   // 3 tokens a, b, c (hidden 4, bf16), topk 2, ids [[0,1],[1,2],[0,2]], 3 experts
   const std::vector<std::int32_t> ids{0, 1, 1, 2, 0, 2};
   std::vector<bfloat16_t> hidden;
-  for (float v : {1.f, 2.f, 3.f, 4.f, 10.f, 20.f, 30.f, 40.f, -1.f, -2.f, -3.f, -4.f}) hidden.push_back(from_float<bfloat16_t>(v));
+  for (float v : {1.f, 2.f, 3.f, 4.f, 10.f, 20.f, 30.f, 40.f, -1.f, -2.f, -3.f, -4.f})
+    hidden.push_back(from_float<bfloat16_t>(v));
   const std::vector<float> a{1, 2, 3, 4}, b{10, 20, 30, 40}, c{-1, -2, -3, -4}, z{0, 0, 0, 0};
   struct Want {
     std::int32_t block;

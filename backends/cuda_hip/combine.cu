@@ -111,7 +111,8 @@ void combine_typed(const detail::CombineShape& s, const detail::CombineArgs& a, 
   using storage = typename Traits::storage;
   constexpr int C = Vec<Traits>::kCount;
   const bool permuted_layout = a.layout == MOE_ROWS_PERMUTED;
-  const bool aligned = (reinterpret_cast<std::uintptr_t>(a.rows) | reinterpret_cast<std::uintptr_t>(a.output)) % 16 == 0;
+  const auto addresses = reinterpret_cast<std::uintptr_t>(a.rows) | reinterpret_cast<std::uintptr_t>(a.output);
+  const bool aligned = addresses % 16 == 0;
   if (aligned && s.hidden % C == 0) {
     const auto vecs = static_cast<std::int32_t>(s.hidden / C);
     auto launch = [&](auto kernel) {

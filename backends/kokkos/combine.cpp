@@ -53,7 +53,8 @@ void combine_run(const detail::CombineShape& s, const detail::CombineArgs& a, co
 template <class Traits>
 void combine_values(const detail::CombineShape& s, const detail::CombineArgs& a, const Exec& exec) {
   constexpr int C = CombinePack<typename Traits::storage>::kCount;
-  const bool aligned = (reinterpret_cast<std::uintptr_t>(a.rows) | reinterpret_cast<std::uintptr_t>(a.output)) % 16 == 0;
+  const auto addresses = reinterpret_cast<std::uintptr_t>(a.rows) | reinterpret_cast<std::uintptr_t>(a.output);
+  const bool aligned = addresses % 16 == 0;
   if (aligned && s.hidden % C == 0) combine_run<Traits, C>(s, a, exec);
   else combine_run<Traits, 1>(s, a, exec);
 }
