@@ -158,7 +158,7 @@ moe_status_t moe_sum(const void* input, moe_dtype_t dtype, int64_t num_tokens, i
  * while num_tokens * hidden_size > 0; sorted_token_ids, num_tokens_post_pad or permuted NULL while
  * max_rows * hidden_size > 0; permuted overlapping hidden, sorted_token_ids (its first num_tokens * topk
  * entries) or num_tokens_post_pad; dtype not a moe_dtype_t value. max_rows == 0 or hidden_size == 0 is a
- * no-op (nothing read or written). Every pointer is in the backend's memory space. A hot call, as
+ * no-op (nothing read or written; sizes and dtype still checked, NULL pointers accepted). Every pointer is in the backend's memory space. A hot call, as
  * moe_align_block_size: no allocation, no host synchronisation, graph-capturable; deterministic.
  * -------------------------------------------------------------------------------------------------------*/
 moe_status_t moe_permute(const void* hidden, moe_dtype_t dtype, int64_t num_tokens, int64_t hidden_size,
@@ -197,7 +197,8 @@ moe_status_t moe_permute(const void* hidden, moe_dtype_t dtype, int64_t num_toke
  * with MOE_ROWS_PERMUTED; rows or output NULL while num_tokens * hidden > 0; output overlapping rows
  * (MOE_ROWS_FLAT: its num_tokens * topk rows; MOE_ROWS_PERMUTED: its first row, the only one the host knows
  * of), token_positions or topk_weights; dtype an integer or fp8 type
- * (MOE_ERROR_UNSUPPORTED) or not a moe_dtype_t value. num_tokens == 0 or hidden == 0 is a no-op.
+ * (MOE_ERROR_UNSUPPORTED) or not a moe_dtype_t value. num_tokens == 0 or hidden == 0 is a no-op (dtype, sizes
+ * and layout are still checked; NULL pointers accepted).
  * -------------------------------------------------------------------------------------------------------*/
 typedef enum { MOE_ROWS_FLAT = 0, MOE_ROWS_PERMUTED = 1 } moe_rows_layout_t;
 moe_status_t moe_combine(const void* rows, moe_dtype_t dtype, moe_rows_layout_t layout, int64_t num_tokens,
