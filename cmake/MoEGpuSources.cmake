@@ -3,6 +3,8 @@ set(MOE_GPU_SOURCES
   ${PROJECT_SOURCE_DIR}/backends/cuda_hip/align.cu
   ${PROJECT_SOURCE_DIR}/backends/cuda_hip/align_ep.cu
   ${PROJECT_SOURCE_DIR}/backends/cuda_hip/sum.cu
+  ${PROJECT_SOURCE_DIR}/backends/cuda_hip/permute.cu
+  ${PROJECT_SOURCE_DIR}/backends/cuda_hip/combine.cu
   ${PROJECT_SOURCE_DIR}/backends/cuda_hip/backend.cu
   ${PROJECT_SOURCE_DIR}/backends/cuda_hip/ep_layout.cu     # expert parallelism (moe/ep.h): layout, verdict
   ${PROJECT_SOURCE_DIR}/backends/cuda_hip/ep_exchange.cu)  # pack, unpack, reduce

@@ -1,5 +1,6 @@
 // GPU backends only: every hot call is captured into a graph on a non-default stream and replayed. Capture
 // fails if a call allocates or synchronises with the host; the replayed results must equal the reference.
+#include "datapath.hpp"
 #include "gpu_runtime.hpp"
 #include "support.hpp"
 
@@ -294,5 +295,118 @@ TEST_CASE("stream order: align_block_size_ep chained (token_positions of one cal
     CHECK(to_host(sorted) == ref.align.sorted_token_ids);
     CHECK(to_host(counts) == ref.counts);
     CHECK(to_host(post)[0] == ref.align.num_tokens_post_pad);
+
+TEST_CASE("graph capture: align -> permute (bf16 rows, fp8 rows, fp32 per-token scales) -> combine, replayed") {
+  // One graph of the data path: the row count of permute is read on the device from the align captured before it;
+  // each replay gets new ids (some dropped), rows, positions and weights.
+  Rng rng(25);
+  struct Shape {
+    std::int64_t tokens;
+    std::int32_t topk;
+    std::int64_t hidden;
+    std::int32_t E, bs;
+  };
+  const Shape shapes[] = {{1, 8, 2048, 256, 64}, {333, 8, 1024, 256, 64}, {64, 2, 7168, 8, 16}, {5, 4, 13, 16, 4}};
+  for (const Shape& sh : shapes) {
+    INFO("tokens=" << sh.tokens << " topk=" << sh.topk << " hidden=" << sh.hidden << " E=" << sh.E << " bs=" << sh.bs);
+    const std::int64_t numel = sh.tokens * sh.topk, H = sh.hidden;
+    const std::int64_t cap = moe::align_max_padded(numel, sh.E, sh.bs);
+    const std::size_t ws_bytes = moe::align_workspace_size(numel, sh.E, sh.bs);
+    moe::device_buffer<std::int32_t> ids(static_cast<std::size_t>(numel)), sorted(static_cast<std::size_t>(cap)),
+        experts(static_cast<std::size_t>(moe::align_max_blocks(numel, sh.E, sh.bs))), post(1),
+        positions(static_cast<std::size_t>(numel));
+    moe::device_buffer<unsigned char> ws(ws_bytes);
+    const auto token_elems = static_cast<std::size_t>(sh.tokens * H), row_elems = static_cast<std::size_t>(cap * H);
+    moe::device_buffer<moe::bfloat16_t> x(token_elems), permuted(row_elems), out(token_elems);
+    moe::device_buffer<moe::float8_e4m3_t> q(token_elems), q_perm(row_elems);
+    moe::device_buffer<float> scales(static_cast<std::size_t>(sh.tokens)), scales_perm(static_cast<std::size_t>(cap)),
+        weights(static_cast<std::size_t>(numel));
+    const float scale = 0.5f;
+    Graph g;
+    g.capture([&](void* stream) {
+      moe::align_block_size(ids.data(), numel, sh.E, sh.bs, sorted.data(), experts.data(), post.data(), ws.data(),
+                            ws_bytes, stream);
+      moe::permute(x.data(), sh.tokens, H, sh.topk, sorted.data(), post.data(), cap, permuted.data(), stream);
+      moe::permute(q.data(), sh.tokens, H, sh.topk, sorted.data(), post.data(), cap, q_perm.data(), stream);
+      moe::permute(scales.data(), sh.tokens, 1, sh.topk, sorted.data(), post.data(), cap, scales_perm.data(), stream);
+      moe::combine(permuted.data(), MOE_ROWS_PERMUTED, sh.tokens, sh.topk, H, positions.data(), weights.data(), scale,
+                   out.data(), stream);
+    });
+    for (int rep = 0; rep < 3; ++rep) {
+      const auto h_ids = dp::route(sh.tokens, sh.topk, sh.E, rng, rep == 1 ? 0.5 : 0.0);
+      const dp::Layout l = dp::host_layout(h_ids, sh.E, sh.bs);
+      const auto h_x = dp::random_values<moe::bfloat16_t>(static_cast<std::size_t>(sh.tokens * H), rng);
+      std::vector<moe::float8_e4m3_t> h_q(static_cast<std::size_t>(sh.tokens * H));
+      for (auto& v : h_q) v.bits = static_cast<std::uint8_t>(rng());
+      const auto h_scales = dp::random_values<float>(static_cast<std::size_t>(sh.tokens), rng);
+      const auto h_w = dp::random_weights(static_cast<std::size_t>(numel), rng, true);
+      moe::copy_to_device(ids.data(), h_ids.data(), ids.bytes());
+      moe::copy_to_device(positions.data(), l.positions.data(), positions.bytes());
+      moe::copy_to_device(x.data(), h_x.data(), x.bytes());
+      moe::copy_to_device(q.data(), h_q.data(), q.bytes());
+      moe::copy_to_device(scales.data(), h_scales.data(), scales.bytes());
+      moe::copy_to_device(weights.data(), h_w.data(), weights.bytes());
+      g.replay();
+      // the reference of each step, from the reference's own layout
+      std::vector<moe::bfloat16_t> want_perm(permuted.size());
+      std::vector<moe::float8_e4m3_t> want_q(q_perm.size());
+      std::vector<float> want_scales(scales_perm.size());
+      moe::reference::permute(h_x.data(), sh.tokens, H, sh.topk, l.sorted.data(), &l.post_pad, cap, want_perm.data());
+      moe::reference::permute(h_q.data(), sh.tokens, H, sh.topk, l.sorted.data(), &l.post_pad, cap, want_q.data());
+      moe::reference::permute(h_scales.data(), sh.tokens, 1, sh.topk, l.sorted.data(), &l.post_pad, cap,
+                              want_scales.data());
+      const auto rows = static_cast<std::size_t>(l.post_pad);
+      CHECK(to_host(post)[0] == l.post_pad);
+      const auto got_perm = to_host(permuted);
+      const auto got_q = to_host(q_perm);
+      const auto got_scales = to_host(scales_perm);
+      CHECK(std::memcmp(got_perm.data(), want_perm.data(), rows * static_cast<std::size_t>(H) * 2) == 0);
+      CHECK(std::memcmp(got_q.data(), want_q.data(), rows * static_cast<std::size_t>(H)) == 0);
+      CHECK(std::memcmp(got_scales.data(), want_scales.data(), rows * 4) == 0);
+      std::vector<moe::bfloat16_t> want_out(out.size());
+      moe::reference::combine(want_perm.data(), MOE_ROWS_PERMUTED, sh.tokens, sh.topk, H, l.positions.data(),
+                              h_w.data(), scale, want_out.data());
+      const auto got_out = to_host(out);
+      CHECK(std::memcmp(got_out.data(), want_out.data(), got_out.size() * 2) == 0);
+    }
+  }
+}
+
+TEST_CASE("stream order: permute and combine chained (each call reads what the one before wrote)") {
+  // hidden -> permute -> combine (FLAT over a permuted buffer read as tokens' rows) -> permute ... on one stream
+  // and as a graph: a call that started before its predecessor finished would read stale rows.
+  Rng rng(26);
+  const std::int64_t tokens = 2048, H = 2048;
+  const std::int32_t topk = 2, E = 8, bs = 16;
+  const auto ids = dp::route(tokens, topk, E, rng);
+  const dp::Layout l = dp::host_layout(ids, E, bs);
+  const std::int64_t cap = l.max_padded;
+  const auto x0 = dp::random_values<float>(static_cast<std::size_t>(tokens * H), rng);
+  auto d_sorted = to_device(l.sorted);
+  auto d_post = to_device(std::vector<std::int32_t>{l.post_pad});
+  auto d_pos = to_device(l.positions);
+  const int steps = 3;
+  // reference chain
+  std::vector<float> ref = x0, perm(static_cast<std::size_t>(cap * H));
+  for (int i = 0; i < steps; ++i) {
+    moe::reference::permute(ref.data(), tokens, H, topk, l.sorted.data(), &l.post_pad, cap, perm.data());
+    moe::reference::combine(perm.data(), MOE_ROWS_PERMUTED, tokens, topk, H, l.positions.data(), nullptr, 0.5f,
+                            ref.data());
+  }
+  moe::device_buffer<float> x(x0.size()), p(perm.size());
+  for (bool in_graph : {false, true}) {
+    INFO((in_graph ? "graph" : "stream"));
+    moe::copy_to_device(x.data(), x0.data(), x.bytes());
+    const std::vector<float> poison(perm.size(), -7.0f);
+    moe::copy_to_device(p.data(), poison.data(), p.bytes());
+    moe::synchronize();
+    run_chain(in_graph, [&](void* stream) {
+      for (int i = 0; i < steps; ++i) {
+        moe::permute(x.data(), tokens, H, topk, d_sorted.data(), d_post.data(), cap, p.data(), stream);
+        moe::combine(p.data(), MOE_ROWS_PERMUTED, tokens, topk, H, d_pos.data(), nullptr, 0.5f, x.data(), stream);
+      }
+    });
+    const auto got = to_host(x);
+    CHECK(std::memcmp(got.data(), ref.data(), ref.size() * sizeof(float)) == 0);
   }
 }

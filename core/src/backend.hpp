@@ -12,13 +12,17 @@
 
 #include "ops/align.hpp"
 #include "ops/align_ep.hpp"
+#include "ops/combine.hpp"
+#include "ops/permute.hpp"
 #include "ops/sum.hpp"
 
 // X(op, Op): one line per operation; Op names its detail::<Op>Shape and detail::<Op>Args.
 #define MOE_OPERATIONS(X) \
   X(align, Align)         \
   X(align_ep, AlignEp)    \
-  X(sum, Sum)
+  X(sum, Sum)             \
+  X(permute, Permute)     \
+  X(combine, Combine)
 
 namespace moe {
 namespace backend {

@@ -12,7 +12,8 @@ bool is_id_type(moe_dtype_t t) noexcept {
   return t == MOE_INT8 || t == MOE_UINT8 || t == MOE_INT16 || t == MOE_INT32 || t == MOE_INT64;
 }
 bool is_value_type(moe_dtype_t t) noexcept { return t == MOE_FLOAT32 || t == MOE_FLOAT16 || t == MOE_BFLOAT16; }
-bool is_known_dtype(moe_dtype_t t) noexcept { return is_id_type(t) || is_value_type(t); }
+bool is_fp8_type(moe_dtype_t t) noexcept { return t == MOE_FLOAT8_E4M3 || t == MOE_FLOAT8_E5M2; }
+bool is_known_dtype(moe_dtype_t t) noexcept { return is_id_type(t) || is_value_type(t) || is_fp8_type(t); }
 
 std::string str(std::int64_t v) { return std::to_string(v); }
 
@@ -27,7 +28,9 @@ void check_dtype(moe_dtype_t t, bool ok, const char* arg, const char* expected) 
 std::size_t dtype_size(moe_dtype_t t) {
   switch (t) {
     case MOE_INT8:
-    case MOE_UINT8: return 1;
+    case MOE_UINT8:
+    case MOE_FLOAT8_E4M3:
+    case MOE_FLOAT8_E5M2: return 1;
     case MOE_INT16:
     case MOE_FLOAT16:
     case MOE_BFLOAT16: return 2;

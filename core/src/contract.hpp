@@ -17,6 +17,7 @@ constexpr std::int32_t kMaxExperts = 65536;
 
 bool is_id_type(moe_dtype_t t) noexcept;
 bool is_value_type(moe_dtype_t t) noexcept;
+bool is_fp8_type(moe_dtype_t t) noexcept;  // MOE_FLOAT8_E4M3, MOE_FLOAT8_E5M2: moe_permute only
 bool is_known_dtype(moe_dtype_t t) noexcept;
 // MOE_ERROR_INVALID_ARGUMENT for a value outside moe_dtype_t, else MOE_ERROR_UNSUPPORTED unless `ok`:
 // "<arg> must be <expected>".

@@ -101,6 +101,33 @@ MOE_HD std::uint16_t f32_to_f16(float f) {
   return static_cast<std::uint16_t>(sign | r);
 }
 
+// fp32 product and sum, each rounded on its own: never fused into an FMA, whatever the compiler's contraction
+// default (moe_combine's acc + w * x must give the same bits everywhere). CUDA device code: the _rn intrinsics,
+// which nvcc never contracts (the library is built with -fmad=false anyway; a Kokkos-CUDA application may not
+// be). Clang (HIP device code, host): contraction off inside the function, so the fmul carries no contract flag
+// and cannot be fused after inlining. GCC contracts across statements in C++ unless -ffp-contract=off, which
+// cmake/MoEWarnings.cmake sets for every C++ target of the project.
+MOE_HD float mul_f32(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(a, b);
+#else
+#if defined(__clang__) && !defined(__NVCC__)
+#pragma clang fp contract(off)
+#endif
+  return a * b;
+#endif
+}
+MOE_HD float add_f32(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fadd_rn(a, b);
+#else
+#if defined(__clang__) && !defined(__NVCC__)
+#pragma clang fp contract(off)
+#endif
+  return a + b;
+#endif
+}
+
 // Per-type load/store of the accumulation, so kernels are written once for the three types.
 template <class Bits> struct ValueTraits;
 struct F32 {};

@@ -10,7 +10,10 @@ module moe_routing
                                MOE_ERROR_UNSUPPORTED = 2, MOE_ERROR_BACKEND = 3
   ! moe_dtype_t
   integer(c_int), parameter :: MOE_INT8 = 0, MOE_UINT8 = 1, MOE_INT16 = 2, MOE_INT32 = 3, MOE_INT64 = 4, &
-                               MOE_FLOAT32 = 5, MOE_FLOAT16 = 6, MOE_BFLOAT16 = 7
+                               MOE_FLOAT32 = 5, MOE_FLOAT16 = 6, MOE_BFLOAT16 = 7, &
+                               MOE_FLOAT8_E4M3 = 8, MOE_FLOAT8_E5M2 = 9
+  ! moe_rows_layout_t
+  integer(c_int), parameter :: MOE_ROWS_FLAT = 0, MOE_ROWS_PERMUTED = 1
 
   interface
     function moe_backend_name() bind(C, name="moe_backend_name") result(p)
@@ -103,6 +106,23 @@ module moe_routing
       integer(c_int), value :: dtype
       integer(c_int64_t), value :: num_tokens, hidden
       integer(c_int32_t), value :: topk
+    end function
+    integer(c_int) function moe_permute(hidden, dtype, num_tokens, hidden_size, topk, sorted_token_ids, &
+        num_tokens_post_pad, max_rows, permuted, stream) bind(C, name="moe_permute")
+      import :: c_int, c_int64_t, c_int32_t, c_ptr
+      type(c_ptr), value :: hidden, sorted_token_ids, num_tokens_post_pad, permuted, stream
+      integer(c_int), value :: dtype
+      integer(c_int64_t), value :: num_tokens, hidden_size, max_rows
+      integer(c_int32_t), value :: topk
+    end function
+    integer(c_int) function moe_combine(rows, dtype, layout, num_tokens, topk, hidden, token_positions, &
+        topk_weights, scale, output, stream) bind(C, name="moe_combine")
+      import :: c_int, c_int64_t, c_int32_t, c_float, c_ptr
+      type(c_ptr), value :: rows, token_positions, topk_weights, output, stream
+      integer(c_int), value :: dtype, layout
+      integer(c_int64_t), value :: num_tokens, hidden
+      integer(c_int32_t), value :: topk
+      real(c_float), value :: scale
     end function
   end interface
 end module moe_routing

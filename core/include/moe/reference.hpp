@@ -20,6 +20,12 @@ void align_block_size(const void* topk_ids, moe_dtype_t id_type, std::int64_t nu
 
 void sum(const void* input, moe_dtype_t dtype, std::int64_t num_tokens, std::int32_t topk, std::int64_t hidden,
          void* output);
+void permute(const void* hidden, moe_dtype_t dtype, std::int64_t num_tokens, std::int64_t hidden_size,
+             std::int32_t topk, const std::int32_t* sorted_token_ids, const std::int32_t* num_tokens_post_pad,
+             std::int64_t max_rows, void* permuted);
+void combine(const void* rows, moe_dtype_t dtype, moe_rows_layout_t layout, std::int64_t num_tokens,
+             std::int32_t topk, std::int64_t hidden, const std::int32_t* token_positions, const float* topk_weights,
+             float scale, void* output);
 
 // Workspace bytes reference::align_block_size_ep needs (host memory): one counter per local expert.
 std::size_t align_workspace_size_ep(std::int64_t numel, std::int32_t num_experts, std::int32_t num_local_experts,
@@ -53,6 +59,21 @@ void align_block_size_ep(const IdT* topk_ids, std::int64_t numel, std::int32_t n
 template <class T>
 void sum(const T* input, std::int64_t num_tokens, std::int32_t topk, std::int64_t hidden, T* output) {
   sum(static_cast<const void*>(input), dtype_of<T>::value, num_tokens, topk, hidden, static_cast<void*>(output));
+}
+
+template <class T>
+void permute(const T* hidden, std::int64_t num_tokens, std::int64_t hidden_size, std::int32_t topk,
+             const std::int32_t* sorted_token_ids, const std::int32_t* num_tokens_post_pad, std::int64_t max_rows,
+             T* permuted) {
+  permute(static_cast<const void*>(hidden), dtype_of<T>::value, num_tokens, hidden_size, topk, sorted_token_ids,
+          num_tokens_post_pad, max_rows, static_cast<void*>(permuted));
+}
+
+template <class T>
+void combine(const T* rows, moe_rows_layout_t layout, std::int64_t num_tokens, std::int32_t topk, std::int64_t hidden,
+             const std::int32_t* token_positions, const float* topk_weights, float scale, T* output) {
+  combine(static_cast<const void*>(rows), dtype_of<T>::value, layout, num_tokens, topk, hidden, token_positions,
+          topk_weights, scale, static_cast<void*>(output));
 }
 
 // The scalar rules of moe_sum, exposed so callers and tests can reason about single values.

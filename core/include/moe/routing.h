@@ -43,7 +43,9 @@ typedef enum {
 
 typedef enum {
   MOE_INT8, MOE_UINT8, MOE_INT16, MOE_INT32, MOE_INT64, /* ids of moe_align_block_size */
-  MOE_FLOAT32, MOE_FLOAT16, MOE_BFLOAT16                /* values of moe_sum */
+  MOE_FLOAT32, MOE_FLOAT16, MOE_BFLOAT16,               /* values of moe_sum, moe_combine */
+  MOE_FLOAT8_E4M3, MOE_FLOAT8_E5M2                      /* 1-byte floats: moe_permute only (a copy of bytes);
+                                                           any other call answers MOE_ERROR_UNSUPPORTED */
 } moe_dtype_t;
 
 /* "cpu", "cuda", "hip" or "kokkos". */
@@ -169,6 +171,88 @@ moe_status_t moe_align_block_size_ep(const void* topk_ids, moe_dtype_t id_type, 
  * -------------------------------------------------------------------------------------------------------*/
 moe_status_t moe_sum(const void* input, moe_dtype_t dtype, int64_t num_tokens, int32_t topk, int64_t hidden,
                      void* output, void* stream);
+
+/* ---------------------------------------------------------------------------------------------------------
+ * moe_permute: the rows of hidden [num_tokens, hidden_size] into the expert-grouped layout of
+ * sorted_token_ids (the output of moe_align_block_size), the input of a grouped GEMM.
+ *
+ *   For p < *num_tokens_post_pad: permuted[p] = hidden[sorted_token_ids[p] / topk] when
+ *   sorted_token_ids[p] < num_tokens * topk, else a row of zero bytes (the padding of each expert's group).
+ *   Rows p in [*num_tokens_post_pad, max_rows) are not written.
+ *
+ *   hidden             [num_tokens, hidden_size] contiguous, of dtype.
+ *   dtype              any moe_dtype_t, including MOE_FLOAT8_E4M3 / MOE_FLOAT8_E5M2: the copy is of bytes
+ *                      (row_bytes = hidden_size * element size), values are never interpreted. Per-token or
+ *                      per-token-group scales (e.g. of fp8 activations: [num_tokens, groups] fp32) are permuted
+ *                      with a second call on them, with the same sorted_token_ids and num_tokens_post_pad.
+ *   sorted_token_ids   [>= min(*num_tokens_post_pad, max_rows)] int32, read for p below that bound only.
+ *                      An entry outside [0, num_tokens * topk) is padding: a zero row (align writes only
+ *                      num_tokens * topk there; a negative entry is padding too, so no entry is ever used to
+ *                      read out of bounds).
+ *   num_tokens_post_pad [1] int32, read ON THE DEVICE (stream order: the align call before it on the stream
+ *                      may have written it; no host synchronisation). A negative value counts as 0.
+ *   max_rows           rows of permuted. Must be >= the padded capacity of the align call,
+ *                      moe_align_max_padded(num_tokens * topk, num_experts, block_size). The host cannot see
+ *                      *num_tokens_post_pad, so the call checks the bound it can: max_rows >= num_tokens * topk
+ *                      (the smallest capacity of any align call). Should *num_tokens_post_pad exceed max_rows
+ *                      anyway, only rows [0, max_rows) are written: never a write out of bounds.
+ *   permuted           [max_rows, hidden_size] contiguous, of dtype.
+ *
+ * Example: hidden = [a, b, c] (3 tokens), topk 2, ids [[0,1],[1,2],[0,2]], 3 experts, block_size 2, s = 6:
+ *   sorted_token_ids = [0,4, 1,2, 3,5], post_pad 6 -> permuted = [a, c, a, b, b, c];
+ *   with block_size 4: sorted = [0,4,s,s, 1,2,s,s, 3,5,s,s] -> permuted = [a,c,0,0, a,b,0,0, b,c,0,0].
+ *
+ * Errors (MOE_ERROR_INVALID_ARGUMENT unless said): num_tokens < 0; topk < 1; hidden_size < 0;
+ * num_tokens * topk >= 2^31; a byte count that overflows int64; max_rows < num_tokens * topk; hidden NULL
+ * while num_tokens * hidden_size > 0; sorted_token_ids, num_tokens_post_pad or permuted NULL while
+ * max_rows * hidden_size > 0; permuted overlapping hidden, sorted_token_ids (its first num_tokens * topk
+ * entries) or num_tokens_post_pad; dtype not a moe_dtype_t value. max_rows == 0 or hidden_size == 0 is a
+ * no-op (nothing read or written; sizes and dtype still checked, NULL pointers accepted). Every pointer is in the backend's memory space. A hot call, as
+ * moe_align_block_size: no allocation, no host synchronisation, graph-capturable; deterministic.
+ * -------------------------------------------------------------------------------------------------------*/
+moe_status_t moe_permute(const void* hidden, moe_dtype_t dtype, int64_t num_tokens, int64_t hidden_size,
+                         int32_t topk, const int32_t* sorted_token_ids, const int32_t* num_tokens_post_pad,
+                         int64_t max_rows, void* permuted, void* stream);
+
+/* ---------------------------------------------------------------------------------------------------------
+ * moe_combine: output[t][h] = scale * sum over k = 0..topk-1, in that order, of w[t][k] * rows[r(t,k)][h]:
+ * the weighted sum of each token's expert outputs, after the grouped GEMM.
+ *
+ *   layout MOE_ROWS_FLAT: rows is [num_tokens * topk, hidden] in flat order, r(t,k) = t*topk+k; slot (t,k) is
+ *     present unless token_positions (optional, may be NULL: every slot present) holds -1 for it.
+ *   layout MOE_ROWS_PERMUTED: rows is the expert-grouped layout (e.g. moe_permute's output after the GEMM),
+ *     r(t,k) = token_positions[t*topk+k] (required); present when >= 0.
+ *   In both layouts any negative token_positions entry marks the slot absent, as -1 does.
+ *   An absent slot's row is never read (it may hold garbage or NaN); a token with no present slot gets
+ *   round_to_type(0 * scale): zeros for any finite scale (-0 for a negative scale).
+ *
+ *   rows             of dtype, hidden elements a row, contiguous; MOE_ROWS_PERMUTED: every position in
+ *                    token_positions must be a row of it (the caller's guarantee: moe_align_block_size_ep
+ *                    gives positions below its num_tokens_post_pad).
+ *   token_positions  [num_tokens * topk] int32, or NULL (MOE_ROWS_FLAT only).
+ *   topk_weights     [num_tokens, topk] fp32, or NULL for weights of 1.
+ *   scale            fp32 factor applied once, after the sum.
+ *   output           [num_tokens, hidden] contiguous, of dtype.
+ *   dtype            MOE_FLOAT32, MOE_FLOAT16 or MOE_BFLOAT16.
+ *
+ *   Arithmetic, exactly: acc = +0; for each present k in order: acc = fl32(acc + fl32(w * x)) (x the value
+ *   widened exactly to fp32; no FMA, no reassociation); output = round_to_type(fl32(acc * scale)), to nearest
+ *   even, a NaN written as the canonical NaN of the type as in moe_sum. With NULL weights, scale 1 and every
+ *   slot present it equals moe_sum bit for bit. Every backend gives the same bits. Every pointer is in the
+ *   backend's memory space; a hot call (no allocation, no host synchronisation, graph-capturable).
+ *
+ * Errors (MOE_ERROR_INVALID_ARGUMENT unless said): num_tokens < 0; topk < 1; hidden < 0; num_tokens * topk
+ * >= 2^31; an element count that overflows int64; layout not a moe_rows_layout_t value; token_positions NULL
+ * with MOE_ROWS_PERMUTED; rows or output NULL while num_tokens * hidden > 0; output overlapping rows
+ * (MOE_ROWS_FLAT: its num_tokens * topk rows; MOE_ROWS_PERMUTED: its first row, the only one the host knows
+ * of), token_positions or topk_weights; dtype an integer or fp8 type
+ * (MOE_ERROR_UNSUPPORTED) or not a moe_dtype_t value. num_tokens == 0 or hidden == 0 is a no-op (dtype, sizes
+ * and layout are still checked; NULL pointers accepted).
+ * -------------------------------------------------------------------------------------------------------*/
+typedef enum { MOE_ROWS_FLAT = 0, MOE_ROWS_PERMUTED = 1 } moe_rows_layout_t;
+moe_status_t moe_combine(const void* rows, moe_dtype_t dtype, moe_rows_layout_t layout, int64_t num_tokens,
+                         int32_t topk, int64_t hidden, const int32_t* token_positions, const float* topk_weights,
+                         float scale, void* output, void* stream);
 
 #ifdef __cplusplus
 } /* extern "C" */

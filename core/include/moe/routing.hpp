@@ -30,6 +30,13 @@ struct half_t {
 struct bfloat16_t {
   std::uint16_t bits;
 };
+// The 1-byte floats (OCP FP8 E4M3 / E5M2, e.g. __nv_fp8_e4m3): bits only; moe::permute moves them as bytes.
+struct float8_e4m3_t {
+  std::uint8_t bits;
+};
+struct float8_e5m2_t {
+  std::uint8_t bits;
+};
 
 // dtype_of<T>::value: the moe_dtype_t of a C++ type, for the types the library takes.
 template <class T> struct dtype_of;
@@ -41,6 +48,8 @@ template <> struct dtype_of<std::int64_t> : std::integral_constant<moe_dtype_t, 
 template <> struct dtype_of<float> : std::integral_constant<moe_dtype_t, MOE_FLOAT32> {};
 template <> struct dtype_of<half_t> : std::integral_constant<moe_dtype_t, MOE_FLOAT16> {};
 template <> struct dtype_of<bfloat16_t> : std::integral_constant<moe_dtype_t, MOE_BFLOAT16> {};
+template <> struct dtype_of<float8_e4m3_t> : std::integral_constant<moe_dtype_t, MOE_FLOAT8_E4M3> {};
+template <> struct dtype_of<float8_e5m2_t> : std::integral_constant<moe_dtype_t, MOE_FLOAT8_E5M2> {};
 
 std::size_t dtype_size(moe_dtype_t dtype);  // bytes of one element; throws for an unknown dtype
 
@@ -65,6 +74,12 @@ void align_block_size(const void* topk_ids, moe_dtype_t id_type, std::int64_t nu
                       void* stream = nullptr);
 void sum(const void* input, moe_dtype_t dtype, std::int64_t num_tokens, std::int32_t topk, std::int64_t hidden,
          void* output, void* stream = nullptr);
+void permute(const void* hidden, moe_dtype_t dtype, std::int64_t num_tokens, std::int64_t hidden_size,
+             std::int32_t topk, const std::int32_t* sorted_token_ids, const std::int32_t* num_tokens_post_pad,
+             std::int64_t max_rows, void* permuted, void* stream = nullptr);
+void combine(const void* rows, moe_dtype_t dtype, moe_rows_layout_t layout, std::int64_t num_tokens,
+             std::int32_t topk, std::int64_t hidden, const std::int32_t* token_positions, const float* topk_weights,
+             float scale, void* output, void* stream = nullptr);
 
 // Expert parallelism (routing.h, moe_align_block_size_ep): expert_map, expert_counts and token_positions may be
 // NULL.
@@ -103,6 +118,24 @@ void sum(const T* input, std::int64_t num_tokens, std::int32_t topk, std::int64_
          void* stream = nullptr) {
   sum(static_cast<const void*>(input), dtype_of<T>::value, num_tokens, topk, hidden, static_cast<void*>(output),
       stream);
+}
+
+// T: any type of dtype_of (the 16-bit and fp8 storage types, float, the integer types).
+template <class T>
+void permute(const T* hidden, std::int64_t num_tokens, std::int64_t hidden_size, std::int32_t topk,
+             const std::int32_t* sorted_token_ids, const std::int32_t* num_tokens_post_pad, std::int64_t max_rows,
+             T* permuted, void* stream = nullptr) {
+  permute(static_cast<const void*>(hidden), dtype_of<T>::value, num_tokens, hidden_size, topk, sorted_token_ids,
+          num_tokens_post_pad, max_rows, static_cast<void*>(permuted), stream);
+}
+
+// T: float, half_t, bfloat16_t.
+template <class T>
+void combine(const T* rows, moe_rows_layout_t layout, std::int64_t num_tokens, std::int32_t topk, std::int64_t hidden,
+             const std::int32_t* token_positions, const float* topk_weights, float scale, T* output,
+             void* stream = nullptr) {
+  combine(static_cast<const void*>(rows), dtype_of<T>::value, layout, num_tokens, topk, hidden, token_positions,
+          topk_weights, scale, static_cast<void*>(output), stream);
 }
 
 // Owning buffer in the backend's memory space (move-only). Handy for applications and tests.
