@@ -295,6 +295,8 @@ TEST_CASE("stream order: align_block_size_ep chained (token_positions of one cal
     CHECK(to_host(sorted) == ref.align.sorted_token_ids);
     CHECK(to_host(counts) == ref.counts);
     CHECK(to_host(post)[0] == ref.align.num_tokens_post_pad);
+  }
+}
 
 TEST_CASE("graph capture: align -> permute (bf16 rows, fp8 rows, fp32 per-token scales) -> combine, replayed") {
   // One graph of the data path: the row count of permute is read on the device from the align captured before it;
