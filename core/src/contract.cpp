@@ -3,6 +3,8 @@
 #include <limits>
 #include <string>
 
+#include "buffers.hpp"
+
 namespace moe {
 namespace detail {
 
@@ -41,7 +43,8 @@ AlignShape make_align_shape(std::int64_t numel, std::int32_t num_experts, std::i
   return s;
 }
 
-void check_align_args(const AlignShape& s, const AlignArgs& a, std::size_t required_workspace) {
+void check_align_args(const AlignShape& s, const AlignArgs& a, std::size_t required_workspace,
+                      std::size_t workspace_alignment) {
   check_dtype(a.id_type, is_id_type(a.id_type), "id_type", "an integer type (MOE_INT8 ... MOE_INT64)");
   if (a.num_tokens_post_pad == nullptr) throw_invalid("num_tokens_post_pad is NULL");
   if (s.numel > 0) {
@@ -56,6 +59,12 @@ void check_align_args(const AlignShape& s, const AlignArgs& a, std::size_t requi
   if (required_workspace > 0 && a.workspace == nullptr)
     throw_invalid("workspace is NULL but this shape needs " + str(static_cast<std::int64_t>(required_workspace)) +
                   " bytes");
+  check_workspace_alignment(a.workspace, "moe_align_block_size", workspace_alignment);
+  check_disjoint({{a.topk_ids, span_bytes(s.numel, dtype_size(a.id_type)), "topk_ids"},
+                  {a.sorted_token_ids, span_bytes(s.max_padded, sizeof(std::int32_t)), "sorted_token_ids"},
+                  {a.expert_ids, span_bytes(s.max_blocks, sizeof(std::int32_t)), "expert_ids"},
+                  {a.num_tokens_post_pad, sizeof(std::int32_t), "num_tokens_post_pad"},
+                  {a.workspace, a.workspace_bytes, "workspace"}});
 }
 
 void check_sum_args(const SumShape& s, const void* input, moe_dtype_t dtype, const void* output) {
@@ -71,12 +80,9 @@ void check_sum_args(const SumShape& s, const void* input, moe_dtype_t dtype, con
   if (out_elems == 0) return;
   if (input == nullptr) throw_invalid("input is NULL while num_tokens * hidden > 0");
   if (output == nullptr) throw_invalid("output is NULL while num_tokens * hidden > 0");
-  const auto esize = static_cast<std::uintptr_t>(dtype_size(dtype));
-  const auto in0 = reinterpret_cast<std::uintptr_t>(input);
-  const auto out0 = reinterpret_cast<std::uintptr_t>(output);
-  const auto in1 = in0 + static_cast<std::uintptr_t>(out_elems) * static_cast<std::uintptr_t>(s.topk) * esize;
-  const auto out1 = out0 + static_cast<std::uintptr_t>(out_elems) * esize;
-  if (in0 < out1 && out0 < in1) throw_invalid("output overlaps input (moe_sum is not in place)");
+  const std::size_t esize = dtype_size(dtype);
+  check_disjoint({{input, span_bytes(out_elems * s.topk, esize), "input"},  // no overflow: checked above
+                  {output, span_bytes(out_elems, esize), "output"}});     // (moe_sum is not in place)
 }
 
 }  // namespace detail
@@ -91,6 +97,7 @@ std::size_t dtype_size(moe_dtype_t t) {
     case MOE_INT32:
     case MOE_FLOAT32: return 4;
     case MOE_INT64: return 8;
+    default: break;  // any other int (routing.h: every int32 is a moe_dtype_t value)
   }
   detail::throw_invalid("unknown moe_dtype_t value " + std::to_string(static_cast<int>(t)));
 }

@@ -71,7 +71,7 @@ void align_block_size(const void* topk_ids, moe_dtype_t id_type, std::int64_t nu
   const detail::AlignShape s = detail::make_align_shape(numel, num_experts, block_size);
   const detail::AlignArgs a{topk_ids,   id_type,   sorted_token_ids, expert_ids, num_tokens_post_pad,
                             workspace, workspace_bytes};
-  detail::check_align_args(s, a, detail::reference_align_workspace_size(s));
+  detail::check_align_args(s, a, detail::reference_align_workspace_size(s), alignof(std::int32_t));
   detail::reference_align(s, a);
 }
 
@@ -92,10 +92,15 @@ bfloat16_t float_to_bfloat16(float f) noexcept { return bfloat16_t{numeric::f32_
 namespace detail {
 
 std::size_t reference_align_workspace_size(const AlignShape& s) {
+  if (s.numel == 0) return 0;  // the same rule on every backend: no ids, no scratch
   return static_cast<std::size_t>(s.num_experts) * sizeof(std::int32_t);
 }
 
 void reference_align(const AlignShape& s, const AlignArgs& a) {
+  if (s.numel == 0) {  // both capacities are 0: only the padded total is written (the workspace may be NULL)
+    *a.num_tokens_post_pad = 0;
+    return;
+  }
   dispatch_id_type(a.id_type, [&](auto tag) {
     reference::align_typed(s, static_cast<const decltype(tag)*>(a.topk_ids), a);
   });

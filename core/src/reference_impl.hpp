@@ -7,7 +7,7 @@
 namespace moe {
 namespace detail {
 
-std::size_t reference_align_workspace_size(const AlignShape& shape);  // one int32 counter per expert
+std::size_t reference_align_workspace_size(const AlignShape& shape);  // an int32 per expert; 0 for numel 0
 void reference_align(const AlignShape& shape, const AlignArgs& args);
 void reference_sum(const SumShape& shape, const void* input, moe_dtype_t dtype, void* output);
 
