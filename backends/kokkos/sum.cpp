@@ -58,6 +58,8 @@ namespace backend {
 void sum(const detail::SumShape& shape, const void* input, moe_dtype_t dtype, void* output, void* stream) {
   kokkos::ensure_initialized();
   const kokkos::Exec exec = kokkos::instance_for(stream);
+  std::unique_lock<std::mutex> lock;  // a range policy only: serialised where range launches are not re-entrant
+  if (!kokkos::kRangeLaunchReentrant) lock = kokkos::lock_instance(stream);
   detail::dispatch_value_traits(dtype, [&](auto traits) {
     kokkos::sum_values<decltype(traits)>(shape, input, output, exec);
   });
