@@ -46,6 +46,20 @@ TEST_CASE("reliability: moe_malloc refuses sizes above PTRDIFF_MAX and leaves th
   }
 }
 
+TEST_CASE("reliability: a failed allocation leaves no error behind for the next calls") {
+  // 2^60 bytes: below PTRDIFF_MAX, so the backend tries (and fails: MOE_ERROR_BACKEND; under ASan this needs
+  // allocator_may_return_null=1, as tools/sanitize.sh sets). A GPU runtime's last error must not leak into the
+  // next launch's check.
+  void* p = reinterpret_cast<void*>(0x100);
+  const moe_status_t st = moe_malloc(&p, std::size_t{1} << 60);
+  CHECK_MESSAGE((st == MOE_ERROR_BACKEND || st == MOE_SUCCESS), moe_last_error());
+  if (st != MOE_SUCCESS) CHECK(p == nullptr);
+  CHECK(moe_free(p) == MOE_SUCCESS);
+  Rng rng(17);
+  check_align(uniform_ids<std::int32_t>(100, 8, rng), 8, 4);
+  check_align(uniform_ids<std::int32_t>(5000, 300, rng), 300, 16);
+}
+
 TEST_CASE("reliability: device_buffer refuses counts whose bytes overflow") {
   // SIZE_MAX / 4 + 1 int32s are 2^64 bytes: the product wraps to 0 (a NULL "buffer" of 2^62 elements)
   CHECK(status_of([] { moe::device_buffer<std::int32_t> b(SIZE_MAX / 4 + 1); }) == MOE_ERROR_INVALID_ARGUMENT);
