@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # What a GPU machine runs for a build made elsewhere (binaries carried in): the doctest suite, the
 # compute-sanitizer checks, the consumer, and the benchmark. Logs and CSV go to $OUT (or ./gpu-check-out).
-#   tools/gpu-check.sh BUILD_DIR [what...]   what: info tests memcheck racecheck bench-<suite> consumer
+#   tools/gpu-check.sh BUILD_DIR [what...]   what: info tests memcheck racecheck synccheck memcheck-reliability
+#                                            fuzz memcheck-fuzz bench-<suite> consumer
 set -uo pipefail
 build=$1; shift
 out=${OUT:-gpu-check-out}; mkdir -p "$out"
@@ -26,6 +27,11 @@ for what in "$@"; do
                 "$build/tests/moe_tests" -tc='golden*,graph*,random: numel*,random: expert counts*,random: sizes*,adversarial*' ;;
     synccheck) run synccheck compute-sanitizer --tool synccheck --error-exitcode 9 "$build/tests/moe_tests" \
                 -tc='golden*,graph*,router*,stream order*,random: expert counts*,random: sizes*' ;;
+    memcheck-reliability) run memcheck-reliability compute-sanitizer --tool memcheck --error-exitcode 9 \
+                "$build/tests/moe_tests" -tc='reliability*,types*,threads*' -tce='*GiB*' ;;  # issue 32's tests
+    fuzz) run fuzz "$build/tests/moe_fuzz_c_api" 20000 ;;
+    memcheck-fuzz) run memcheck-fuzz compute-sanitizer --tool memcheck --error-exitcode 9 \
+                "$build/tests/moe_fuzz_c_api" 3000 ;;
     consumer) run consumer bash -c "$build/consumer/consumer_cxx && $build/consumer/consumer_c" ;;
     bench-*) run "${what}" "$build/perf/moe_bench" --suite "${what#bench-}" --csv "$out/$tag-${what#bench-}.csv" ;;
     *) echo "unknown step $what"; status=2 ;;

@@ -12,7 +12,9 @@ const char* name() noexcept { return "cpu"; }
 std::string unavailable_reason() { return {}; }
 
 void* allocate(std::size_t bytes) {
-  constexpr std::size_t kAlign = 64;  // a cache line; also what vector loads of any width want
+  // MOE_WORKSPACE_ALIGNMENT (routing.h): every backend's moe_malloc gives it. The public API refuses
+  // bytes > PTRDIFF_MAX before this, so the rounding cannot wrap.
+  constexpr std::size_t kAlign = MOE_WORKSPACE_ALIGNMENT;
   void* p = std::aligned_alloc(kAlign, (bytes + kAlign - 1) / kAlign * kAlign);
   if (p == nullptr) throw Error(MOE_ERROR_BACKEND, "out of host memory allocating " + std::to_string(bytes) + " bytes");
   return p;

@@ -165,10 +165,12 @@ __device__ inline void write_expert_ids(const std::int32_t* start, int E, std::i
   if (E < warps) {
     if (warp < E) {
       const std::int32_t begin = start[warp], end = warp + 1 < E ? start[warp + 1] : total;
-      for (std::int32_t i = out.blocks(begin) + lane, hi = out.blocks(end); i < hi; i += kWarpSize)
+      // unsigned counters here and below: a bound may be INT32_MAX itself (block_size near 2^31, or 2^31 - 1 ids
+      // with block_size 1), and a signed i + kWarpSize past it would wrap to a negative index
+      for (std::uint32_t i = out.blocks(begin) + lane, hi = out.blocks(end); i < hi; i += kWarpSize)
         out.expert_ids[i] = warp;
       if (counts != nullptr)
-        for (std::int32_t i = begin + counts[warp] + lane; i < end; i += kWarpSize) out.sorted[i] = out.numel;
+        for (std::uint32_t i = begin + counts[warp] + lane, hi = end; i < hi; i += kWarpSize) out.sorted[i] = out.numel;
     } else {
       const std::uint32_t thread = (warp - E) * kWarpSize + lane, threads = (warps - E) * kWarpSize;
       fill_range(out.expert_ids, used, out.max_blocks, -1, thread, threads);
@@ -190,7 +192,7 @@ __device__ inline void write_expert_ids(const std::int32_t* start, int E, std::i
       more &= more - 1;
       const std::int32_t first = shfl(b0, k), rest = shfl(count, k), which = shfl(e, k);
 #pragma unroll 1
-      for (std::int32_t q = kFillOwn + lane; q < rest; q += kWarpSize) out.expert_ids[first + q] = which;
+      for (std::uint32_t q = kFillOwn + lane, hi = rest; q < hi; q += kWarpSize) out.expert_ids[first + q] = which;
     }
   }
   fill_range(out.expert_ids, used, out.max_blocks, -1, warp * kWarpSize + lane, warps * kWarpSize);
@@ -326,21 +328,23 @@ __global__ void __launch_bounds__(kThreads)
   // The block's W segments are one contiguous range: walk it as one, kItems ids per thread per batch, every
   // load of a batch in flight before the first use (one round trip per batch, not one per segment).
   const std::int64_t n = src.size();
-  const int first = static_cast<int>(min(n, seg0 * segment));
-  const int end = static_cast<int>(min(n, (seg0 + W) * segment));  // 32-bit: numel < 2^31
-  const int seg_len = static_cast<int>(segment), step = kItems * static_cast<int>(blockDim.x);
-  for (int i0 = first + static_cast<int>(threadIdx.x); i0 < end; i0 += step) {
+  // 32-bit unsigned: numel < 2^31, and i0 + step, which passes INT32_MAX for numel near 2^31, does not wrap
+  const auto first = static_cast<std::uint32_t>(min(n, seg0 * segment));
+  const auto end = static_cast<std::uint32_t>(min(n, (seg0 + W) * segment));
+  const auto seg_len = static_cast<std::uint32_t>(segment);
+  const std::uint32_t step = kItems * blockDim.x;
+  for (std::uint32_t i0 = first + threadIdx.x; i0 < end; i0 += step) {
     Item it[kItems];
     std::int32_t r[kItems];
 #pragma unroll
     for (int j = 0; j < kItems; ++j) {
-      const int i = i0 + j * static_cast<int>(blockDim.x);
+      const std::uint32_t i = i0 + j * blockDim.x;
       it[j] = i < end ? src.load(i) : Item{-1, 0};
       r[j] = i < end ? rank[i] : 0;
     }
 #pragma unroll
     for (int j = 0; j < kItems; ++j) {
-      const int w = (i0 + j * static_cast<int>(blockDim.x) - first) / seg_len;
+      const auto w = static_cast<int>((i0 + j * blockDim.x - first) / seg_len);
       if (it[j].key >= 0) sink.write(smem[w * stride + src.digit(it[j].key)] + r[j], it[j]);
     }
   }
@@ -756,9 +760,11 @@ __global__ void __launch_bounds__(kOwnedMaxThreads) owned_kernel(Src src, int pe
     if (w != (k < W ? k : k % W)) continue;
     const std::int32_t end = start[k] + out.padded_as<kPow2>(count[k]);
 #pragma unroll 1
-    for (int p = start[k] + count[k] + lane; p < end; p += kWarpSize) out.sorted[p] = out.numel;
+    for (std::uint32_t p = start[k] + count[k] + lane, hi = end; p < hi; p += kWarpSize)  // unsigned: see
+      out.sorted[p] = out.numel;                                                            // write_expert_ids
 #pragma unroll 1
-    for (int b = out.blocks_as<kPow2>(start[k]) + lane, last = out.blocks_as<kPow2>(end); b < last; b += kWarpSize)
+    for (std::uint32_t b = out.blocks_as<kPow2>(start[k]) + lane, last = out.blocks_as<kPow2>(end); b < last;
+         b += kWarpSize)
       out.expert_ids[b] = mine + k;
   }
   if (blockIdx.x == 0 && tid == 0) *out.post_pad = total;

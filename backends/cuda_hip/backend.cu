@@ -119,9 +119,18 @@ std::string unavailable_reason() {
   return {};
 }
 
+namespace {
+// A failed allocation or copy also sets the runtime's last error, which a later launch check of another call
+// would read as its own (HIP launches report through it): cleared here, the failure is this call's alone.
+void check_own(gpu::error_t e, const char* what) {
+  if (e != gpu::kSuccess) (void)gpu::get_last_error();
+  gpu::check(e, what);
+}
+}  // namespace
+
 void* allocate(std::size_t bytes) {
   void* p = nullptr;
-  gpu::check(gpu::malloc(&p, bytes), "moe_malloc");
+  check_own(gpu::malloc(&p, bytes), "moe_malloc");  // e.g. out of memory: MOE_ERROR_BACKEND, later calls unaffected
   return p;
 }
 void deallocate(void* ptr) noexcept {
@@ -129,13 +138,13 @@ void deallocate(void* ptr) noexcept {
   (void)gpu::get_last_error();
 }
 void copy_to_device(void* dst, const void* src, std::size_t bytes) {
-  gpu::check(gpu::copy_to_device(dst, src, bytes), "moe_memcpy_to_device");
+  check_own(gpu::copy_to_device(dst, src, bytes), "moe_memcpy_to_device");
   // From pageable memory the copy may return before the data lands; the contract says it has landed
   // (work on any stream may use it next), so wait for it.
   gpu::check(gpu::stream_synchronize(nullptr), "moe_memcpy_to_device");
 }
 void copy_to_host(void* dst, const void* src, std::size_t bytes) {
-  gpu::check(gpu::copy_to_host(dst, src, bytes), "moe_memcpy_to_host");
+  check_own(gpu::copy_to_host(dst, src, bytes), "moe_memcpy_to_host");
 }
 void synchronize(void* stream) { gpu::check(gpu::stream_synchronize(gpu::to_stream(stream)), "moe_synchronize"); }
 

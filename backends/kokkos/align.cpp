@@ -178,17 +178,18 @@ void align_ids(const detail::AlignShape& s, const detail::AlignArgs& a, const Pl
         if (x >= max_blocks) return;
         const std::int64_t b = x;
         const std::int32_t total = scalars[0];
-        const auto p0 = static_cast<std::int32_t>(b * bs);
-        const std::int64_t p1 = p0 + bs < max_padded ? p0 + bs : max_padded;
+        // 64-bit: the block's end p0 + bs passes INT32_MAX for the last blocks when block_size nears 2^30
+        const std::int64_t p0 = b * bs, end = p0 + bs;
+        const std::int64_t p1 = end < max_padded ? end : max_padded;
         if (p0 >= total) {
           expert_ids[b] = -1;
           for (std::int64_t q = p0; q < p1; ++q) sorted[q] = sentinel;
           return;
         }
-        const std::int32_t e = layout::expert_at(starts, E, p0);
+        const std::int32_t e = layout::expert_at(starts, E, static_cast<std::int32_t>(p0));  // p0 < total
         expert_ids[b] = e;
-        const std::int32_t ids_end = starts[e] + totals[e];
-        for (std::int32_t q = ids_end > p0 ? ids_end : p0; q < p0 + bs; ++q) sorted[q] = sentinel;
+        const std::int64_t ids_end = std::int64_t{starts[e]} + totals[e];
+        for (std::int64_t q = ids_end > p0 ? ids_end : p0; q < end; ++q) sorted[q] = sentinel;
       });
 }
 
@@ -202,6 +203,7 @@ void align(const detail::AlignShape& shape, const detail::AlignArgs& args, void*
   kokkos::ensure_initialized();
   const kokkos::Exec exec = kokkos::instance_for(stream);
   const kokkos::Plan plan = kokkos::make_plan(shape);
+  const auto lock = kokkos::lock_instance(stream);  // team scratch: one call at a time per instance
   if (shape.numel == 0) {
     std::int32_t* post_pad = args.num_tokens_post_pad;
     Kokkos::parallel_for(

@@ -4,6 +4,9 @@
 
 #include <Kokkos_Core.hpp>
 
+#include <mutex>
+#include <type_traits>
+
 namespace moe {
 namespace kokkos {
 
@@ -19,6 +22,22 @@ void ensure_initialized();
 // The execution space instance for a caller's stream: the default instance for NULL; for Kokkos-CUDA/HIP an
 // instance on that cudaStream_t / hipStream_t (created once per stream, then reused); host spaces ignore it.
 Exec instance_for(void* stream);
+
+// Serialises the calls that share the execution space instance of `stream` (instance_for's): Kokkos keeps one
+// team scratch pool per instance (Kokkos::Serial: one per process), and team-policy launches on one instance
+// from several host threads at once race on it (wrong results, use-after-free). A call holds the lock across
+// all its kernels that use team scratch or team reductions and scans; kernels with only range policies need
+// it where the space's range launches are not re-entrant either (kRangeLaunchReentrant).
+std::unique_lock<std::mutex> lock_instance(void* stream);
+
+// Kokkos::Serial runs a RangePolicy parallel_for as a plain loop, touching no shared state: calls from several
+// threads may run such kernels at once. Other spaces (OpenMP's thread pool, the GPU spaces' launch staging)
+// are not assumed to be.
+#if defined(KOKKOS_ENABLE_SERIAL)
+constexpr bool kRangeLaunchReentrant = std::is_same<Exec, Kokkos::Serial>::value;
+#else
+constexpr bool kRangeLaunchReentrant = false;
+#endif
 
 // Work of a team walking ids in order: one team per segment. On GPUs a team is a warp's worth of threads;
 // on host spaces a team is one thread.

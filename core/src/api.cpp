@@ -1,5 +1,6 @@
 // The public C++ API for the calls that are not operations (backend, memory); each operation's entries are in
 // ops/<op>.cpp.
+#include <cstdint>
 #include <string>
 
 #include "backend.hpp"
@@ -15,7 +16,13 @@ void check_backend() {
   if (!why.empty()) detail::throw_backend(std::string(backend::name()) + " backend cannot run here: " + why);
 }
 
-void* malloc(std::size_t bytes) { return bytes == 0 ? nullptr : backend::allocate(bytes); }
+void* malloc(std::size_t bytes) {
+  // Checked here, once for every backend: rounding up (CPU) or adding a header (Kokkos) must never wrap.
+  if (bytes > static_cast<std::size_t>(PTRDIFF_MAX))
+    detail::throw_invalid("bytes = " + std::to_string(bytes) +
+                          " exceeds PTRDIFF_MAX: no allocation can be that large (a size computed from -1?)");
+  return bytes == 0 ? nullptr : backend::allocate(bytes);
+}
 void free(void* ptr) noexcept {
   if (ptr != nullptr) backend::deallocate(ptr);
 }

@@ -25,8 +25,8 @@ const char* moe_status_string(moe_status_t s) {
     case MOE_ERROR_INVALID_ARGUMENT: return "invalid argument";
     case MOE_ERROR_UNSUPPORTED: return "unsupported";
     case MOE_ERROR_BACKEND: return "backend error";
+    default: return "unknown status";  // any other int (routing.h: every int32 is a moe_status_t value)
   }
-  return "unknown status";
 }
 
 const char* moe_last_error(void) { return moe::detail::last_error_text().c_str(); }

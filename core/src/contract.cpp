@@ -37,6 +37,7 @@ std::size_t dtype_size(moe_dtype_t t) {
     case MOE_INT32:
     case MOE_FLOAT32: return 4;
     case MOE_INT64: return 8;
+    default: break;  // any other int (routing.h: every int32 is a moe_dtype_t value)
   }
   detail::throw_invalid("unknown moe_dtype_t value " + std::to_string(static_cast<int>(t)));
 }

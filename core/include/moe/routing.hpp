@@ -38,13 +38,30 @@ struct float8_e5m2_t {
   std::uint8_t bits;
 };
 
-// dtype_of<T>::value: the moe_dtype_t of a C++ type, for the types the library takes.
+namespace detail {
+// The id dtype of an integer type, by width and signedness. Undefined (an incomplete type) for the unsigned
+// types wider than 8 bits: MOE_UINT8 is the C API's only unsigned id type (cast such ids to a signed type).
+template <std::size_t Bytes, bool Signed> struct int_dtype;
+template <> struct int_dtype<1, true> : std::integral_constant<moe_dtype_t, MOE_INT8> {};
+template <> struct int_dtype<1, false> : std::integral_constant<moe_dtype_t, MOE_UINT8> {};
+template <> struct int_dtype<2, true> : std::integral_constant<moe_dtype_t, MOE_INT16> {};
+template <> struct int_dtype<4, true> : std::integral_constant<moe_dtype_t, MOE_INT32> {};
+template <> struct int_dtype<8, true> : std::integral_constant<moe_dtype_t, MOE_INT64> {};
+template <class T>
+using int_dtype_of = int_dtype<sizeof(T), std::is_signed<T>::value>;
+}  // namespace detail
+
+// dtype_of<T>::value: the moe_dtype_t of a C++ type, for the types the library takes. Ids: every standard
+// signed integer type (signed char, short, int, long, long long, so every intN_t), plain char and unsigned
+// char by their width and signedness. unsigned short/int/long/long long are not id types (no dtype_of).
 template <class T> struct dtype_of;
-template <> struct dtype_of<std::int8_t> : std::integral_constant<moe_dtype_t, MOE_INT8> {};
-template <> struct dtype_of<std::uint8_t> : std::integral_constant<moe_dtype_t, MOE_UINT8> {};
-template <> struct dtype_of<std::int16_t> : std::integral_constant<moe_dtype_t, MOE_INT16> {};
-template <> struct dtype_of<std::int32_t> : std::integral_constant<moe_dtype_t, MOE_INT32> {};
-template <> struct dtype_of<std::int64_t> : std::integral_constant<moe_dtype_t, MOE_INT64> {};
+template <> struct dtype_of<char> : detail::int_dtype_of<char> {};
+template <> struct dtype_of<signed char> : detail::int_dtype_of<signed char> {};
+template <> struct dtype_of<unsigned char> : detail::int_dtype_of<unsigned char> {};
+template <> struct dtype_of<short> : detail::int_dtype_of<short> {};
+template <> struct dtype_of<int> : detail::int_dtype_of<int> {};
+template <> struct dtype_of<long> : detail::int_dtype_of<long> {};
+template <> struct dtype_of<long long> : detail::int_dtype_of<long long> {};
 template <> struct dtype_of<float> : std::integral_constant<moe_dtype_t, MOE_FLOAT32> {};
 template <> struct dtype_of<half_t> : std::integral_constant<moe_dtype_t, MOE_FLOAT16> {};
 template <> struct dtype_of<bfloat16_t> : std::integral_constant<moe_dtype_t, MOE_BFLOAT16> {};
@@ -91,12 +108,16 @@ void align_block_size_ep(const void* topk_ids, moe_dtype_t id_type, std::int64_t
                          std::int32_t* expert_counts, std::int32_t* token_positions, void* workspace,
                          std::size_t workspace_bytes, void* stream = nullptr);
 
-// Typed forms. IdT: int8_t, uint8_t, int16_t, int32_t, int64_t. T: float, half_t, bfloat16_t.
+// Typed forms. IdT: any signed integer type of 8 to 64 bits (int8_t ... int64_t, long long, ...) or an unsigned
+// 8-bit one. T: float, half_t, bfloat16_t.
 template <class IdT>
 void align_block_size(const IdT* topk_ids, std::int64_t numel, std::int32_t num_experts, std::int32_t block_size,
                       std::int32_t* sorted_token_ids, std::int32_t* expert_ids, std::int32_t* num_tokens_post_pad,
                       void* workspace, std::size_t workspace_bytes, void* stream = nullptr) {
-  static_assert(std::is_integral<IdT>::value, "topk_ids must be an integer type");
+  static_assert(std::is_integral<IdT>::value && !std::is_same<IdT, bool>::value, "topk_ids must be an integer type");
+  static_assert(std::is_signed<IdT>::value || sizeof(IdT) == 1,
+                "unsigned ids wider than 8 bits are not an id type of the C API (MOE_UINT8 is its only unsigned "
+                "one): pass them as the signed type of the same width");
   align_block_size(static_cast<const void*>(topk_ids), dtype_of<IdT>::value, numel, num_experts, block_size,
                    sorted_token_ids, expert_ids, num_tokens_post_pad, workspace, workspace_bytes, stream);
 }
@@ -143,7 +164,8 @@ template <class T>
 class device_buffer {
  public:
   device_buffer() = default;
-  explicit device_buffer(std::size_t count) : ptr_(static_cast<T*>(moe::malloc(count * sizeof(T)))), size_(count) {}
+  // count * sizeof(T) above PTRDIFF_MAX (or overflowing) throws moe::Error(MOE_ERROR_INVALID_ARGUMENT).
+  explicit device_buffer(std::size_t count) : ptr_(static_cast<T*>(moe::malloc(bytes_for(count)))), size_(count) {}
   device_buffer(const device_buffer&) = delete;
   device_buffer& operator=(const device_buffer&) = delete;
   device_buffer(device_buffer&& o) noexcept : ptr_(o.ptr_), size_(o.size_) { o.ptr_ = nullptr, o.size_ = 0; }
@@ -162,6 +184,13 @@ class device_buffer {
   std::size_t bytes() const noexcept { return size_ * sizeof(T); }
 
  private:
+  static std::size_t bytes_for(std::size_t count) {
+    if (count > static_cast<std::size_t>(PTRDIFF_MAX) / sizeof(T))
+      throw Error(MOE_ERROR_INVALID_ARGUMENT, "device_buffer: count = " + std::to_string(count) + " elements of " +
+                                                  std::to_string(sizeof(T)) + " bytes exceed PTRDIFF_MAX bytes");
+    return count * sizeof(T);
+  }
+
   T* ptr_ = nullptr;
   std::size_t size_ = 0;
 };

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "backend.hpp"
+#include "buffers.hpp"
 #include "c_boundary.hpp"
 #include "dispatch.hpp"
 #include "moe/reference.hpp"
@@ -30,7 +31,8 @@ AlignShape make_align_shape(std::int64_t numel, std::int32_t num_experts, std::i
   return s;
 }
 
-void check_align_args(const AlignShape& s, const AlignArgs& a, std::size_t required_workspace) {
+void check_align_args(const AlignShape& s, const AlignArgs& a, std::size_t required_workspace,
+                      std::size_t workspace_alignment) {
   check_dtype(a.id_type, is_id_type(a.id_type), "id_type", "an integer type (MOE_INT8 ... MOE_INT64)");
   if (a.num_tokens_post_pad == nullptr) throw_invalid("num_tokens_post_pad is NULL");
   if (s.numel > 0) {
@@ -45,6 +47,12 @@ void check_align_args(const AlignShape& s, const AlignArgs& a, std::size_t requi
   if (required_workspace > 0 && a.workspace == nullptr)
     throw_invalid("workspace is NULL but this shape needs " + str(static_cast<std::int64_t>(required_workspace)) +
                   " bytes");
+  check_workspace_alignment(a.workspace, "moe_align_block_size", workspace_alignment);
+  check_disjoint({{a.topk_ids, span_bytes(s.numel, dtype_size(a.id_type)), "topk_ids"},
+                  {a.sorted_token_ids, span_bytes(s.max_padded, sizeof(std::int32_t)), "sorted_token_ids"},
+                  {a.expert_ids, span_bytes(s.max_blocks, sizeof(std::int32_t)), "expert_ids"},
+                  {a.num_tokens_post_pad, sizeof(std::int32_t), "num_tokens_post_pad"},
+                  {a.workspace, a.workspace_bytes, "workspace"}});
 }
 
 // ---- the reference: a counting sort, serial, in the most obvious order ----------------------------------------
@@ -86,10 +94,15 @@ void reference_align_typed(const AlignShape& s, const IdT* ids, const AlignArgs&
 }  // namespace
 
 std::size_t reference_align_workspace_size(const AlignShape& s) {
+  if (s.numel == 0) return 0;  // the same rule on every backend: no ids, no scratch
   return static_cast<std::size_t>(s.num_experts) * sizeof(std::int32_t);
 }
 
 void reference_align(const AlignShape& s, const AlignArgs& a) {
+  if (s.numel == 0) {  // both capacities are 0: only the padded total is written (the workspace may be NULL)
+    *a.num_tokens_post_pad = 0;
+    return;
+  }
   dispatch_id_type(a.id_type, [&](auto tag) {
     reference_align_typed(s, static_cast<const decltype(tag)*>(a.topk_ids), a);
   });
@@ -131,7 +144,7 @@ void align_block_size(const void* topk_ids, moe_dtype_t id_type, std::int64_t nu
   const detail::AlignShape s = detail::make_align_shape(numel, num_experts, block_size);
   const detail::AlignArgs a{topk_ids,   id_type,   sorted_token_ids, expert_ids, num_tokens_post_pad,
                             workspace, workspace_bytes};
-  detail::check_align_args(s, a, detail::reference_align_workspace_size(s));
+  detail::check_align_args(s, a, detail::reference_align_workspace_size(s), alignof(std::int32_t));
   detail::reference_align(s, a);
 }
 

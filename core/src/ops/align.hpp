@@ -32,8 +32,11 @@ struct AlignArgs {
   std::size_t workspace_bytes;
 };
 
-// Checks pointers, the id type and the workspace against `required_workspace` bytes.
-void check_align_args(const AlignShape& shape, const AlignArgs& args, std::size_t required_workspace);
+// Checks pointers, the id type and the workspace against `required_workspace` bytes, the workspace's
+// alignment (`workspace_alignment`: MOE_WORKSPACE_ALIGNMENT for the backends, alignof(int32_t) for the host
+// reference) and that no two buffers overlap (buffers.hpp).
+void check_align_args(const AlignShape& shape, const AlignArgs& args, std::size_t required_workspace,
+                      std::size_t workspace_alignment = MOE_WORKSPACE_ALIGNMENT);
 
 // The reference (host memory, no checks): one int32 counter per expert of workspace.
 std::size_t reference_align_workspace_size(const AlignShape& shape);

@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "backend.hpp"
+#include "buffers.hpp"
 #include "c_boundary.hpp"
 #include "dispatch.hpp"
 #include "moe/reference.hpp"
@@ -26,12 +27,9 @@ void check_sum_args(const SumShape& s, const SumArgs& a) {
   if (out_elems == 0) return;
   if (a.input == nullptr) throw_invalid("input is NULL while num_tokens * hidden > 0");
   if (a.output == nullptr) throw_invalid("output is NULL while num_tokens * hidden > 0");
-  const auto esize = static_cast<std::uintptr_t>(dtype_size(a.dtype));
-  const auto in0 = reinterpret_cast<std::uintptr_t>(a.input);
-  const auto out0 = reinterpret_cast<std::uintptr_t>(a.output);
-  const auto in1 = in0 + static_cast<std::uintptr_t>(out_elems) * static_cast<std::uintptr_t>(s.topk) * esize;
-  const auto out1 = out0 + static_cast<std::uintptr_t>(out_elems) * esize;
-  if (in0 < out1 && out0 < in1) throw_invalid("output overlaps input (moe_sum is not in place)");
+  const std::size_t esize = dtype_size(a.dtype);
+  check_disjoint({{a.input, span_bytes(out_elems * s.topk, esize), "input"},  // no overflow: checked above
+                  {a.output, span_bytes(out_elems, esize), "output"}});     // (moe_sum is not in place)
 }
 
 // ---- the reference: acc = 0; acc += x_k in k order; one rounding -----------------------------------------------
