@@ -128,9 +128,23 @@ def workspace(call, op, shape, nbytes):
     key = (call.device, call.stream, op, shape)
     ws = _workspaces.get(key)
     if ws is None:
-        ws = call.empty((nbytes,), "uint8")
+        # MOE_WORKSPACE_ALIGNMENT (256): allocate that much more and hand out the aligned slice
+        raw = call.empty((nbytes + 256,), "uint8")
+        off = (-_address(raw)) % 256
+        ws = raw[off:off + nbytes]
         _workspaces[key] = ws
     return ws
+
+
+def _address(a):
+    """Device or host address of a 1-D array's first element (numpy, CuPy, torch)."""
+    if hasattr(a, "data_ptr"):
+        return a.data_ptr()
+    if hasattr(a, "__array_interface__"):
+        return a.__array_interface__["data"][0]
+    if hasattr(a, "__cuda_array_interface__"):
+        return a.__cuda_array_interface__["data"][0]
+    raise TypeError(f"cannot take the address of {type(a)}")
 
 
 def clear_workspace_cache():

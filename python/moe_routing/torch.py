@@ -124,7 +124,10 @@ def _workspace(device, stream, op, key, nbytes):
     k = (device, stream, op, key)
     ws = _workspaces.get(k)
     if ws is None:
-        ws = torch.empty(nbytes, dtype=torch.uint8, device=device)
+        # MOE_WORKSPACE_ALIGNMENT (256): allocate that much more and hand out the aligned slice
+        raw = torch.empty(nbytes + 256, dtype=torch.uint8, device=device)
+        off = (-raw.data_ptr()) % 256
+        ws = raw[off:off + nbytes]
         _workspaces[k] = ws
     return ws
 
