@@ -4,6 +4,7 @@
 #include <new>
 
 #include "backend.hpp"
+#include "paths.hpp"
 #include "reference_impl.hpp"
 
 namespace moe {
@@ -25,8 +26,11 @@ void synchronize(void*) {}
 
 std::size_t align_workspace_size(const detail::AlignShape& s) { return detail::reference_align_workspace_size(s); }
 void align_block_size(const detail::AlignShape& s, const detail::AlignArgs& a, void*) {
+  // a forced path must apply (paths.hpp): align_path throws where it does not
+  if (detail::forced_path(detail::kAlignOperation) != nullptr) (void)detail::align_path(s, a.id_type);
   detail::reference_align(s, a);
 }
+std::vector<std::string> align_paths(const detail::AlignShape&, moe_dtype_t) { return {"reference"}; }
 void sum(const detail::SumShape& s, const void* input, moe_dtype_t dtype, void* output, void*) {
   detail::reference_sum(s, input, dtype, output);
 }
