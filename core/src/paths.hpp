@@ -57,7 +57,9 @@ struct CapsLimits {
   bool clusters = true;
   bool dependent_launch = true;
   bool cooperative_launch = true;
-  int max_sm_count = 0;  // > 0: plan as if the device had at most this many multiprocessors (a smaller GPU)
+  // > 0: plan as if the device had at most this many multiprocessors (a smaller GPU): the cuts by SM count and
+  // the cooperative grid's fit; the residency of thread-block clusters stays the device's
+  int max_sm_count = 0;
   static CapsLimits portable() {
     CapsLimits l;
     l.clusters = false;
