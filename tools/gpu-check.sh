@@ -27,7 +27,7 @@ for what in "$@"; do
     tests-portable) run tests-portable "$build/tests/moe_tests" --caps=portable ;;
     paths) run paths "$build/tests/moe_tests" -tc='paths:*,policy:*,graph*,stream order*' ;;
     memcheck) run memcheck compute-sanitizer --tool memcheck --error-exitcode 9 "$build/tests/moe_tests" \
-                -tce='large*,*million*' ;;
+                -tce='large*,*million*,catalogue*' ;;
     racecheck) run racecheck compute-sanitizer --tool racecheck --racecheck-report all --error-exitcode 9 \
                 "$build/tests/moe_tests" -tc='golden*,graph*,random: numel*,random: expert counts*,random: sizes*,adversarial*' ;;
     synccheck) run synccheck compute-sanitizer --tool synccheck --error-exitcode 9 "$build/tests/moe_tests" \
