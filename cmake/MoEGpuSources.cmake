@@ -29,3 +29,18 @@ macro(moe_gpu_cuda_language)
   target_link_libraries(moe_routing PUBLIC CUDA::cudart_static)
   set(MOE_PACKAGE_DEPENDENCIES "find_dependency(CUDAToolkit)")
 endmacro()
+
+# moe_gpu_helper_sources(target files...): files outside the library (the tests' and the benchmark's GPU
+# sources, which use backends/cuda_hip/gpu_runtime.hpp) compiled as the library's GPU sources are: in its
+# language, with its include folders and definitions. The backend file sets MOE_GPU_LANGUAGE,
+# MOE_GPU_INCLUDES and MOE_GPU_DEFINITIONS; the tests' and perf's CMakeLists name their files.
+function(moe_gpu_helper_sources target)
+  set(files ${ARGN})
+  set_source_files_properties(${files} PROPERTIES LANGUAGE ${MOE_GPU_LANGUAGE})
+  target_sources(${target} PRIVATE ${files})
+  target_include_directories(${target} PRIVATE ${MOE_GPU_INCLUDES} ${PROJECT_SOURCE_DIR}/core/src)
+  target_compile_definitions(${target} PRIVATE ${MOE_GPU_DEFINITIONS})
+  if(MOE_GPU_LANGUAGE STREQUAL "CUDA")
+    set_target_properties(${target} PROPERTIES CUDA_ARCHITECTURES "${CMAKE_CUDA_ARCHITECTURES}")
+  endif()
+endfunction()

@@ -1,9 +1,14 @@
-// moe_bench: times align_block_size and moe_sum on the configured backend over a catalogue of shapes, checks
-// each result against the reference first, prints a table and writes CSV.
+// moe_bench: times align_block_size and moe_sum on the configured backend over the suite's catalogue of shapes
+// (tests/catalogue.hpp: the shapes timed are shapes the suite checks), checks each result against the reference
+// first, prints a table and writes CSV.
 //   moe_bench [--suite targets|sweep|sum|large|all|none] [--align TOKENSxTOPK:EXPERTS:BLOCK]...
 //             [--sum TOKENSxTOPKxHIDDEN:bf16|fp16|fp32]... [--csv FILE] [--quick] [--filter TEXT] [--timing device|host]
+//             [--path NAME|all] [--caps=portable]
 // --align adds one uniform-random align shape (repeatable), e.g. --suite none --align 131072x8:256:64; --sum one
-// moe_sum shape, e.g. --sum 16x8x7168:bf16.
+// moe_sum shape, e.g. --sum 16x8x7168:bf16. --path: each align shape on that path (where it applies; others are
+// skipped), or on every path that applies ("all"); the default is the backend's choice. --caps=portable: plan as
+// a device without clusters and dependent launch does (HIP on AMD), on this one. The CSV's path column is the
+// path that ran (core/src/paths.hpp).
 // Each row: median us per call replayed in a graph of 16 calls rotating input sets ("graph"), median us of a
 // single call with a cold L2 ("cold"), the floor (max of an empty graph node, launched as the library launches,
 // and the bytes the call must move at the copy bandwidth measured in this run) and graph / floor.
@@ -12,80 +17,22 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "catalogue.hpp"
 #include "measure.hpp"
 #include "moe/reference.hpp"
+#include "paths.hpp"
 
 namespace {
 
+using moe_catalogue::AlignCase;
+using moe_catalogue::SumCase;
+using moe_catalogue::dtype_name;
 using moe_perf::Measure;
-
-struct AlignCase {
-  std::int64_t tokens;
-  std::int32_t topk, experts, block_size;
-  const char* dist;  // "uniform" | "skew" (half of all ids = expert 0) | "ep8" (7/8 of ids out of range)
-};
-struct SumCase {
-  std::int64_t tokens;
-  std::int32_t topk;
-  std::int64_t hidden;
-  moe_dtype_t dtype;
-};
-
-const char* dtype_name(moe_dtype_t t) {
-  return t == MOE_FLOAT32 ? "fp32" : t == MOE_FLOAT16 ? "fp16" : t == MOE_BFLOAT16 ? "bf16" : "int";
-}
-
-// The issue-5 target table (block 64) and the shapes we track beside it.
-std::vector<AlignCase> targets_align() {
-  return {{1, 8, 256, 64, "uniform"},     {256, 8, 256, 64, "uniform"},   {4096, 8, 256, 64, "uniform"},
-          {16384, 8, 256, 64, "uniform"}, {65536, 8, 256, 64, "uniform"}, {65536, 8, 256, 64, "skew"},
-          {65536, 2, 8, 64, "uniform"}};
-}
-std::vector<AlignCase> sweep_align() {
-  std::vector<AlignCase> v;
-  for (std::int64_t t : {1, 16, 256, 1024, 4096, 16384, 65536})
-    for (std::int32_t k : {2, 8})
-      for (std::int32_t e : {8, 64, 256, 512})
-        for (std::int32_t b : {16, 64, 128}) v.push_back({t, k, e, b, "uniform"});
-  return v;
-}
-std::vector<AlignCase> large_align() {  // many experts, expert-parallel and skewed ids
-  std::vector<AlignCase> v;
-  for (std::int64_t t : {1, 256, 4096, 65536})
-    for (std::int32_t e : {1024, 4096, 65536}) v.push_back({t, 8, e, 64, "uniform"});
-  v.push_back({65536, 8, 256, 64, "ep8"});
-  v.push_back({262144, 8, 256, 64, "uniform"});
-  // few distinct experts per warp step on the cluster grid path (its ranking's cost depends on them)
-  v.push_back({4096, 8, 256, 64, "skew"});
-  v.push_back({4096, 8, 256, 64, "ep8"});
-  return v;
-}
-std::vector<SumCase> sum_cases(bool quick) {
-  std::vector<SumCase> v;
-  for (moe_dtype_t d : {MOE_BFLOAT16, MOE_FLOAT16, MOE_FLOAT32})
-    for (std::int32_t k : {2, 8})
-      for (std::int64_t h : {2048, 4096, 7168})
-        for (std::int64_t t : {1, 4096, 16384}) {
-          if (quick && t == 16384) continue;
-          v.push_back({t, k, h, d});
-        }
-  return v;
-}
-
-std::vector<std::int32_t> make_ids(const AlignCase& c, std::mt19937_64& rng) {
-  std::uniform_int_distribution<std::int32_t> e(0, c.experts - 1);
-  std::vector<std::int32_t> ids(static_cast<std::size_t>(c.tokens * c.topk));
-  for (auto& x : ids) {
-    x = e(rng);
-    if (!std::strcmp(c.dist, "skew") && (rng() & 1)) x = 0;
-    if (!std::strcmp(c.dist, "ep8") && (rng() % 8) != 0) x = -1;
-  }
-  return ids;
-}
 
 struct Row {
   std::string op, shape, path;
@@ -102,12 +49,11 @@ double floor_us(double bytes, double node_us, double bw_gbs) {
   return std::max(node_us, bytes / (bw_gbs * 1e9) * 1e6);
 }
 
-void run_align(Measure& m, const AlignCase& c, double node_us, double bw) {
-  char shape[128];
-  std::snprintf(shape, sizeof shape, "%lldx%d E=%d bs=%d %s", static_cast<long long>(c.tokens), c.topk, c.experts,
-                c.block_size, c.dist);
-  if (!selected(shape)) return;
-  const std::int64_t numel = c.tokens * c.topk;
+std::string path_option;  // --path: "" (the backend's choice), a path name, or "all"
+
+void run_align_on(Measure& m, const AlignCase& c, double node_us, double bw) {
+  const std::string shape = moe_catalogue::name(c);
+  const std::int64_t numel = c.numel();
   const auto max_padded = moe::align_max_padded(numel, c.experts, c.block_size);
   const auto max_blocks = moe::align_max_blocks(numel, c.experts, c.block_size);
   const std::size_t ws_bytes = moe::align_workspace_size(numel, c.experts, c.block_size);
@@ -116,7 +62,7 @@ void run_align(Measure& m, const AlignCase& c, double node_us, double bw) {
   std::vector<moe::device_buffer<std::int32_t>> ids, sorted, experts, post;
   std::vector<std::vector<std::int32_t>> host_ids;
   for (int s = 0; s < sets; ++s) {
-    host_ids.push_back(make_ids(c, rng));
+    host_ids.push_back(moe_catalogue::make_ids<std::int32_t>(c, rng));
     ids.emplace_back(static_cast<std::size_t>(numel));
     moe::copy_to_device(ids.back().data(), host_ids.back().data(), ids.back().bytes());
     sorted.emplace_back(static_cast<std::size_t>(max_padded));
@@ -140,20 +86,30 @@ void run_align(Measure& m, const AlignCase& c, double node_us, double bw) {
   moe::copy_to_host(got.data(), sorted[0].data(), sorted[0].bytes());
   moe::copy_to_host(got_e.data(), experts[0].data(), experts[0].bytes());
   moe::copy_to_host(&got_post, post[0].data(), sizeof got_post);
+  const std::string path =
+      moe::detail::align_path(moe::detail::make_align_shape(numel, c.experts, c.block_size), MOE_INT32);
   if (got != want || got_e != want_e || got_post != want_post) {
-    std::fprintf(stderr, "WRONG RESULT for align %lldx%d E=%d bs=%d\n", static_cast<long long>(c.tokens), c.topk,
-                 c.experts, c.block_size);
+    std::fprintf(stderr, "WRONG RESULT for align %s on path %s\n", shape.c_str(), path.c_str());
     std::exit(1);
   }
   const double bytes = static_cast<double>(numel) * 4 + static_cast<double>(max_padded + max_blocks + 1) * 4;
-  rows.push_back({"align", shape, m.align_path(numel, c.experts, c.block_size), m.replay_us(call, sets),
-                  m.cold_us(call), floor_us(bytes, node_us, bw), bytes});
+  rows.push_back({"align", shape, path, m.replay_us(call, sets), m.cold_us(call), floor_us(bytes, node_us, bw), bytes});
+}
+
+// The case on the paths --path asks for.
+void run_align(Measure& m, const AlignCase& c, double node_us, double bw) {
+  if (!selected(moe_catalogue::name(c))) return;
+  if (path_option.empty()) return run_align_on(m, c, node_us, bw);
+  const auto shape = moe::detail::make_align_shape(c.numel(), c.experts, c.block_size);
+  for (const std::string& path : moe::backend::align_paths(shape, MOE_INT32)) {
+    if (path_option != "all" && path != path_option) continue;
+    const moe::detail::ScopedForcedPath force(moe::detail::kAlignOperation, path);
+    run_align_on(m, c, node_us, bw);
+  }
 }
 
 void run_sum(Measure& m, const SumCase& c, double node_us, double bw) {
-  char shape[128];
-  std::snprintf(shape, sizeof shape, "%lldx%dx%lld %s", static_cast<long long>(c.tokens), c.topk,
-                static_cast<long long>(c.hidden), dtype_name(c.dtype));
+  const std::string shape = moe_catalogue::name(c);
   if (!selected(shape)) return;
   const std::size_t esize = moe::dtype_size(c.dtype);
   const std::size_t in_elems = static_cast<std::size_t>(c.tokens * c.topk * c.hidden);
@@ -190,8 +146,7 @@ void run_sum(Measure& m, const SumCase& c, double node_us, double bw) {
   moe::copy_to_host(got.data(), out[0].data(), got.size());
   moe::reference::sum(host.data(), c.dtype, c.tokens, c.topk, c.hidden, want.data());
   if (got != want) {
-    std::fprintf(stderr, "WRONG RESULT for sum %lldx%dx%lld %s\n", static_cast<long long>(c.tokens), c.topk,
-                 static_cast<long long>(c.hidden), dtype_name(c.dtype));
+    std::fprintf(stderr, "WRONG RESULT for sum %s\n", shape.c_str());
     std::exit(1);
   }
   rows.push_back({"sum", shape, "", m.replay_us(call, sets), m.cold_us(call), floor_us(bytes, node_us, bw), bytes,
@@ -200,14 +155,15 @@ void run_sum(Measure& m, const SumCase& c, double node_us, double bw) {
 
 constexpr const char* kUsage =
     "usage: moe_bench [--suite targets|sweep|sum|large|all|none] [--align TOKENSxTOPK:EXPERTS:BLOCK]... "
-    "[--sum TOKENSxTOPKxHIDDEN:bf16|fp16|fp32]... [--csv FILE] [--quick] [--filter TEXT] [--timing device|host]";
+    "[--sum TOKENSxTOPKxHIDDEN:bf16|fp16|fp32]... [--csv FILE] [--quick] [--filter TEXT] [--timing device|host] "
+    "[--path NAME|all] [--caps=portable]";
 
 bool parse_align(const char* text, std::vector<AlignCase>* out) {
   long long tokens = 0;
   int topk = 0, experts = 0, block = 0;
   char tail = 0;
   if (std::sscanf(text, "%lldx%d:%d:%d%c", &tokens, &topk, &experts, &block, &tail) != 4) return false;
-  out->push_back({tokens, topk, experts, block, "uniform"});
+  out->push_back({tokens, topk, experts, block});
   return true;
 }
 
@@ -233,6 +189,7 @@ int run(int argc, char** argv) {
   std::vector<SumCase> extra_sum;  // --sum
   std::string suite = "targets", csv = "moe_bench.csv", timing = "device";
   bool quick = false;
+  std::unique_ptr<moe::detail::ScopedForcedCaps> caps;  // --caps=portable
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--suite" && i + 1 < argc) suite = argv[++i];
@@ -240,6 +197,9 @@ int run(int argc, char** argv) {
     else if (a == "--quick") quick = true;
     else if (a == "--filter" && i + 1 < argc) filter = argv[++i];
     else if (a == "--timing" && i + 1 < argc) timing = argv[++i];
+    else if (a == "--path" && i + 1 < argc) path_option = argv[++i];
+    else if (a == "--caps=portable")
+      caps = std::make_unique<moe::detail::ScopedForcedCaps>(moe::detail::CapsLimits::portable());
     else if (a == "--align" && i + 1 < argc && parse_align(argv[++i], &extra)) {
     } else if (a == "--sum" && i + 1 < argc && parse_sum(argv[++i], &extra_sum)) {
     } else {
@@ -268,27 +228,26 @@ int run(int argc, char** argv) {
               m->device().c_str(), moe::backend_name(), mhz_start, node, plain_node, bw);
   auto want = [&](const char* s) { return suite == s || suite == "all"; };
   if (want("targets")) {
-    for (const auto& c : targets_align()) run_align(*m, c, node, bw);
-    for (std::int64_t t : {1, 4096})
-      for (std::int32_t k : {2, 8}) run_sum(*m, {t, k, 4096, MOE_BFLOAT16}, node, bw);
+    for (const auto& c : moe_catalogue::align_targets()) run_align(*m, c, node, bw);
+    for (const auto& c : moe_catalogue::sum_targets()) run_sum(*m, c, node, bw);
   }
   if (want("sweep"))
-    for (const auto& c : sweep_align()) run_align(*m, c, node, bw);
+    for (const auto& c : moe_catalogue::align_sweep()) run_align(*m, c, node, bw);
   if (want("large"))
-    for (const auto& c : large_align()) run_align(*m, c, node, bw);
+    for (const auto& c : moe_catalogue::align_large()) run_align(*m, c, node, bw);
   if (want("sum"))
-    for (const auto& c : sum_cases(quick)) run_sum(*m, c, node, bw);
+    for (const auto& c : moe_catalogue::sum_suite(quick)) run_sum(*m, c, node, bw);
   for (const auto& c : extra) run_align(*m, c, node, bw);
   for (const auto& c : extra_sum) run_sum(*m, c, node, bw);
 
   std::printf("\nSM clock at the end: %.0f MHz\n", m->warm_up_mhz(20));
-  std::printf("\n%-6s %-34s %-8s %10s %10s %10s %7s %9s %10s\n", "op", "shape", "path", "graph_us", "cold_us",
+  std::printf("\n%-6s %-34s %-16s %10s %10s %10s %7s %9s %10s\n", "op", "shape", "path", "graph_us", "cold_us",
               "floor_us", "ratio", "GB/s", "copy_us");  // copy_us: a copy of the same bytes (moe_sum)
   std::ofstream out(csv);
   out << "device,backend,op,shape,path,graph_us,cold_us,floor_us,ratio,bytes,effective_gbs,empty_node_us,copy_gbs,plain_empty_node_us,same_bytes_copy_us\n";
   for (const auto& r : rows) {
     const double gbs = r.bytes / (r.graph_us * 1e-6) / 1e9;
-    std::printf("%-6s %-34s %-8s %10.3f %10.3f %10.3f %7.2f %9.1f %10.3f\n", r.op.c_str(), r.shape.c_str(),
+    std::printf("%-6s %-34s %-16s %10.3f %10.3f %10.3f %7.2f %9.1f %10.3f\n", r.op.c_str(), r.shape.c_str(),
                 r.path.c_str(), r.graph_us, r.cold_us, r.floor_us, r.graph_us / r.floor_us, gbs, r.copy_us);
     out << '"' << m->device() << "\"," << moe::backend_name() << ',' << r.op << ",\"" << r.shape << "\"," << r.path
         << ',' << r.graph_us << ',' << r.cold_us << ',' << r.floor_us << ',' << r.graph_us / r.floor_us << ','

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "measure.hpp"
+#include "paths.hpp"
 #include "moe/reference.hpp"
 
 namespace {
@@ -137,7 +138,10 @@ void run_shape(moe_perf::Measure& m, std::int64_t tokens, std::int32_t rank, std
   ep_call(true)(0, nullptr);
   check_local("ep+counts+pos", true);
 
-  const std::string path = m.align_path(numel, kExperts, kBlock), local_path = m.align_path(numel, kLocal, kBlock);
+  const auto path_of = [&](std::int32_t num_experts) {
+    return moe::detail::align_path(moe::detail::make_align_shape(numel, num_experts, kBlock), MOE_INT32);
+  };
+  const std::string path = path_of(kExperts), local_path = path_of(kLocal);
   rows.push_back({"align", shape, path, m.replay_us(plain, kSets), m.cold_us(plain)});
   rows.push_back({"align-local", shape, local_path, m.replay_us(local, kSets), m.cold_us(local)});
   rows.push_back({"ep", shape, local_path, m.replay_us(ep_call(false), kSets), m.cold_us(ep_call(false))});

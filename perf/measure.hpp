@@ -33,7 +33,6 @@ struct Measure {
   // Runs the device busy for about `ms` (clocks ramp up from idle), then returns the SM clock in MHz it
   // measured while doing so (0 where unknown). Benchmarks report it: latency-bound kernels scale with it.
   virtual double warm_up_mhz(double ms) = 0;
-  virtual std::string align_path(std::int64_t numel, std::int32_t experts, std::int32_t block_size) = 0;
 };
 
 std::unique_ptr<Measure> make_measure();       // the backend's own timing (graphs + events on GPUs)

@@ -1,18 +1,17 @@
-// GPU timing (CUDA or HIP through gpu_runtime.hpp): graphs of 16 calls, device events, medians.
+// GPU timing (CUDA or HIP through tests/gpu_test_runtime.hpp): graphs of 16 calls, device events, medians.
 #include <algorithm>
 #include <vector>
 
-#include "align_plan.hpp"
-#include "gpu_runtime.hpp"
+#include "gpu_test_runtime.hpp"
 #include "measure.hpp"
 
 namespace moe_perf {
 namespace {
 
-namespace gpu = moe::gpu;
+namespace gpu = moe_gpu_test;
 
 __global__ void empty_kernel() {}
-__global__ void empty_dependent_kernel() { gpu::begin_after_prior_grid(); }  // launched as the library launches
+__global__ void empty_dependent_kernel() { moe::gpu::begin_after_prior_grid(); }  // launched as the library launches
 
 __global__ void spin_kernel(long long cycles, long long* took) {  // busy for `cycles` SM clocks
   const long long t0 = clock64();
@@ -114,7 +113,8 @@ struct GpuMeasure final : Measure {
 
   double empty_library_node_us() override {
     return graph_us([&] {
-      for (int j = 0; j < kCallsPerGraph; ++j) gpu::launch<empty_dependent_kernel>("empty kernel", 1, 32, 0, stream);
+      for (int j = 0; j < kCallsPerGraph; ++j)
+        moe::gpu::launch<empty_dependent_kernel>("empty kernel", 1, 32, 0, stream);
     });
   }
 
@@ -161,10 +161,6 @@ struct GpuMeasure final : Measure {
     }
     gpu::check(gpu::free(took), "free");
     return mhz;
-  }
-
-  std::string align_path(std::int64_t numel, std::int32_t experts, std::int32_t block_size) override {
-    return gpu::path_name(gpu::make_align_plan(moe::detail::make_align_shape(numel, experts, block_size)).path);
   }
 };
 

@@ -60,7 +60,6 @@ struct HostMeasure final : Measure {
     moe::free(b);
     return 2.0 * n / median(t) / 1e9;
   }
-  std::string align_path(std::int64_t, std::int32_t, std::int32_t) override { return moe::backend_name(); }
 };
 
 }  // namespace

@@ -1,6 +1,7 @@
-// moe_probe: where one align_block_size call's time goes, phase by phase, in the block-resident kernels (kGrid,
-// kCluster, kClusterGrid). Needs a library built with -DMOE_PHASE_PROBE=ON (CUDA; backends/cuda_hip/phase_probe.cuh):
-// its kernels record, per block, the SM clock at each probe point. Calls are timed as perf/moe_bench times them
+// moe_probe: where one align_block_size call's time goes, phase by phase, in the block-resident kernels
+// (cooperative_grid, one_cluster, cluster_grid): the reader of the library's perf-only phase probe. Needs a
+// library built with -DMOE_PHASE_PROBE=ON (CUDA; backends/cuda_hip/phase_probe.cuh): its kernels record, per
+// block, the SM clock at each probe point. Calls are timed as perf/moe_bench times them
 // (a CUDA graph of 16 calls rotating 8 input sets, uniform random ids), and after each of 40 replays the last call's
 // records are read; the first 10 are dropped. Printed: the graph time per call (the probes' stores make it a few %
 // slower than moe_bench's), the spread of the blocks' entries, then for each point the median over replays of the
@@ -18,7 +19,15 @@
 #include "moe/routing.h"
 #include "phase_probe.cuh"
 
-extern "C" int moe_probe_read(unsigned long long* dst, size_t bytes);
+// the library's perf-only hook (align.cu, probe builds): the device address of the probe's records
+extern "C" const void* moe_probe_records();
+
+namespace {
+int probe_read(unsigned long long* dst, size_t bytes) {
+  const void* records = moe_probe_records();
+  return records != nullptr && cudaMemcpy(dst, records, bytes, cudaMemcpyDeviceToHost) == cudaSuccess ? 0 : 1;
+}
+}  // namespace
 
 namespace {
 
@@ -94,7 +103,7 @@ int main(int argc, char** argv) {
     float ms = 0;
     cudaEventElapsedTime(&ms, t0, t1);
     graph_us.push_back(ms * 1000.0 / kCalls);
-    if (moe_probe_read(rec.data(), rec.size() * sizeof(rec[0]))) return fail("probe read (a probe build?)");
+    if (probe_read(rec.data(), rec.size() * sizeof(rec[0]))) return fail("probe read (a probe build?)");
     for (B = 0; B < kProbeMaxBlocks && at(B, moe::gpu::kProbeEntry) != 0;) ++B;
     if (B == 0) return fail("no records: this shape takes no block-resident kernel");
     if (r < kWarmReplays) continue;

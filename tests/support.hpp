@@ -1,21 +1,30 @@
 // Test support, shared by every test file: round trips through the configured backend (poisoned outputs,
-// garbage workspace), the reference, an independent second oracle, and input generators.
+// garbage workspace), the reference, an independent second oracle, and every align case run on every path that
+// applies to it (the cases and their generators: catalogue.hpp).
 #pragma once
 
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "catalogue.hpp"
 #include "moe/reference.hpp"
 #include "moe/routing.hpp"
+#include "paths.hpp"  // internal (core/src): the paths of each shape, and forcing one
 
 namespace moe_test {
+
+using moe_catalogue::AlignCase;
+using moe_catalogue::Dist;
+using moe_catalogue::Rng;
+using moe_catalogue::SumCase;
 
 constexpr std::int32_t kPoison = 0x5A5A5A5A;  // never a valid output value in these tests
 
@@ -140,7 +149,19 @@ AlignResult stable_sort_align(const std::vector<IdT>& ids, std::int32_t num_expe
   return r;
 }
 
-// The check every align test makes: backend == reference == independent oracle, bit for bit.
+// The paths of align_block_size that apply to this shape and id type on this build and device (the policy's
+// choice first). MOE_TEST_PATHS=policy: the policy's choice only (for slow tools, e.g. racecheck).
+template <class IdT>
+std::vector<std::string> paths_of(std::int64_t numel, std::int32_t num_experts, std::int32_t block_size) {
+  const auto shape = moe::detail::make_align_shape(numel, num_experts, block_size);
+  std::vector<std::string> paths = moe::backend::align_paths(shape, moe::dtype_of<IdT>::value);
+  const char* only = std::getenv("MOE_TEST_PATHS");
+  if (only != nullptr && std::string(only) == "policy") paths.resize(1);
+  return paths;
+}
+
+// The check every align test makes: backend == reference == independent oracle, bit for bit, on every path
+// that applies (the first, the policy's choice, as a plain call, the others forced).
 template <class IdT>
 void check_align(const std::vector<IdT>& ids, std::int32_t num_experts, std::int32_t block_size) {
   INFO("numel=" << ids.size() << " experts=" << num_experts << " block_size=" << block_size
@@ -148,20 +169,30 @@ void check_align(const std::vector<IdT>& ids, std::int32_t num_experts, std::int
   const AlignResult ref = reference_align(ids, num_experts, block_size);
   const AlignResult oracle = stable_sort_align(ids, num_experts, block_size);
   REQUIRE_MESSAGE(ref == oracle, "reference vs stable_sort oracle: " << first_difference(ref, oracle));
-  const AlignResult got = backend_align(ids, num_experts, block_size);
-  REQUIRE_MESSAGE(got == ref, moe::backend_name() << " vs reference: " << first_difference(got, ref) << "\n got "
-                                                  << describe(got) << "\n ref " << describe(ref));
+  const auto paths = paths_of<IdT>(static_cast<std::int64_t>(ids.size()), num_experts, block_size);
+  for (std::size_t i = 0; i < paths.size(); ++i) {
+    INFO("path " << paths[i] << (i == 0 ? " (the policy's)" : " (forced)"));
+    AlignResult got;
+    if (i == 0) {
+      got = backend_align(ids, num_experts, block_size);
+    } else {
+      const moe::detail::ScopedForcedPath force(moe::detail::kAlignOperation, paths[i]);
+      got = backend_align(ids, num_experts, block_size);
+    }
+    REQUIRE_MESSAGE(got == ref, moe::backend_name() << " vs reference: " << first_difference(got, ref) << "\n got "
+                                                    << describe(got) << "\n ref " << describe(ref));
+  }
 }
 
-// ---- generators ------------------------------------------------------------------------------------------
-using Rng = std::mt19937_64;
-
-template <class IdT>
-IdT clamp_id(std::int64_t v) {
-  const auto lo = static_cast<std::int64_t>(std::numeric_limits<IdT>::min());
-  const auto hi = static_cast<std::int64_t>(std::numeric_limits<IdT>::max());
-  return static_cast<IdT>(std::min(std::max(v, lo), hi));
+// check_align on the ids of a catalogue case, drawn with rng.
+inline void check_case(const AlignCase& c, Rng& rng) {
+  INFO("case " << moe_catalogue::name(c));
+  moe_catalogue::with_ids(c, rng, [&](const auto& ids) { check_align(ids, c.experts, c.block_size); });
 }
+
+// ---- plain generators (the catalogue's cases use moe_catalogue::make_ids) -----------------------------------
+using moe_catalogue::clamp_id;
+using moe_catalogue::router_ids;
 
 // Uniform experts in [0, E), with a fraction `invalid` of ids out of range (negative, == E, far above).
 template <class IdT>
@@ -187,22 +218,6 @@ std::vector<IdT> skewed_ids(std::size_t n, std::int32_t E, Rng& rng, std::int32_
   auto v = uniform_ids<IdT>(n, E, rng);
   for (std::size_t i = 0; i < n; ++i)
     if (rng() & 1) v[i] = static_cast<IdT>(hot);
-  return v;
-}
-
-// A real router's output: each of n/topk tokens picks topk distinct experts (topk <= E).
-template <class IdT>
-std::vector<IdT> router_ids(std::size_t tokens, std::int32_t topk, std::int32_t E, Rng& rng) {
-  std::vector<IdT> v;
-  std::uniform_int_distribution<std::int32_t> expert(0, E - 1);
-  for (std::size_t t = 0; t < tokens; ++t) {
-    std::vector<std::int32_t> chosen;
-    while (static_cast<std::int32_t>(chosen.size()) < topk) {
-      const std::int32_t e = expert(rng);
-      if (std::find(chosen.begin(), chosen.end(), e) == chosen.end()) chosen.push_back(e);
-    }
-    for (auto e : chosen) v.push_back(static_cast<IdT>(e));
-  }
   return v;
 }
 

@@ -1,14 +1,15 @@
-// GPU backends only: every hot call is captured into a graph on a non-default stream and replayed. Capture
-// fails if a call allocates or synchronises with the host; the replayed results must equal the reference.
+// GPU backends only: every hot call is captured into a graph on a non-default stream and replayed, on every
+// align path that applies. Capture fails if a call allocates or synchronises with the host; the replayed results
+// must equal the reference.
 #include "datapath.hpp"
-#include "gpu_runtime.hpp"
+#include "gpu_test_runtime.hpp"
 #include "support.hpp"
 
 using namespace moe_test;
 
 namespace {
 
-namespace gpu = moe::gpu;
+namespace gpu = moe_gpu_test;
 
 struct Graph {
   gpu::stream_t stream{};
@@ -37,40 +38,37 @@ struct Graph {
 
 TEST_CASE("graph capture: align_block_size on every path, replayed with new ids") {
   Rng rng(21);
-  // shapes of each path: tiny (<= 32 ids, also with 65536 experts), a block per expert, one cluster (CUDA), a
-  // grid of clusters (CUDA), cooperative grid, three launches (more ids than a cooperative grid takes), radix
-  // (many experts), and numel 0
-  struct Shape {
-    std::size_t n;
-    std::int32_t E, bs;
-  };
-  const Shape shapes[] = {{8, 256, 64},      {20, 65536, 16},    {1000, 256, 64},      {4096, 64, 16},
-                          {40000, 256, 64},  {300000, 256, 64},  {2200000, 256, 64},   {100000, 4096, 128},
-                          {5000, 65536, 16}, {0, 8, 16}};
-  for (const Shape& shape : shapes) {
-    const std::size_t n = shape.n;
-    const std::int32_t E = shape.E, bs = shape.bs;
-    INFO("numel=" << n << " experts=" << E << " block=" << bs);
-    const auto max_padded = static_cast<std::size_t>(moe::align_max_padded(static_cast<std::int64_t>(n), E, bs));
-    const auto max_blocks = static_cast<std::size_t>(moe::align_max_blocks(static_cast<std::int64_t>(n), E, bs));
-    const std::size_t ws_bytes = moe::align_workspace_size(static_cast<std::int64_t>(n), E, bs);
-    moe::device_buffer<std::int32_t> ids(n), sorted(max_padded), experts(max_blocks), post(1);
-    moe::device_buffer<unsigned char> ws(ws_bytes);
-    Graph g;
-    g.capture([&](void* stream) {
-      moe::align_block_size(ids.data(), static_cast<std::int64_t>(n), E, bs, sorted.data(), experts.data(),
-                            post.data(), ws.data(), ws_bytes, stream);
-    });
-    for (int rep = 0; rep < 3; ++rep) {  // the same graph, new inputs each replay
-      const auto host_ids = rep == 1 ? skewed_ids<std::int32_t>(n, E, rng) : uniform_ids<std::int32_t>(n, E, rng, 0.1);
-      moe::copy_to_device(ids.data(), host_ids.data(), ids.bytes());
-      g.replay();
-      AlignResult got;
-      got.sorted_token_ids = to_host(sorted);
-      got.expert_ids = to_host(experts);
-      got.num_tokens_post_pad = to_host(post)[0];
-      const AlignResult ref = reference_align(host_ids, E, bs);
-      CHECK_MESSAGE(got == ref, first_difference(got, ref));
+  // a shape of each path (catalogue.hpp), each captured on every path that applies to it
+  for (const AlignCase& shape : moe_catalogue::capture_shapes()) {
+    for (const std::string& path : paths_of<std::int32_t>(shape.numel(), shape.experts, shape.block_size)) {
+      const auto n = static_cast<std::size_t>(shape.numel());
+      const std::int32_t E = shape.experts, bs = shape.block_size;
+      INFO("numel=" << n << " experts=" << E << " block=" << bs << " path " << path);
+      const moe::detail::ScopedForcedPath force(moe::detail::kAlignOperation, path);
+      const auto max_padded = static_cast<std::size_t>(moe::align_max_padded(static_cast<std::int64_t>(n), E, bs));
+      const auto max_blocks = static_cast<std::size_t>(moe::align_max_blocks(static_cast<std::int64_t>(n), E, bs));
+      const std::size_t ws_bytes = moe::align_workspace_size(static_cast<std::int64_t>(n), E, bs);
+      moe::device_buffer<std::int32_t> ids(n), sorted(max_padded), experts(max_blocks), post(1);
+      moe::device_buffer<unsigned char> ws(ws_bytes);
+      Graph g;
+      g.capture([&](void* stream) {
+        moe::align_block_size(ids.data(), static_cast<std::int64_t>(n), E, bs, sorted.data(), experts.data(),
+                              post.data(), ws.data(), ws_bytes, stream);
+      });
+      for (int rep = 0; rep < 3; ++rep) {  // the same graph, new inputs each replay
+        AlignCase c = shape;
+        c.dist = rep == 1 ? Dist::kSkew : Dist::kUniform;
+        c.dropped = rep == 1 ? 0.0 : 0.1;
+        const auto host_ids = moe_catalogue::make_ids<std::int32_t>(c, rng);
+        moe::copy_to_device(ids.data(), host_ids.data(), ids.bytes());
+        g.replay();
+        AlignResult got;
+        got.sorted_token_ids = to_host(sorted);
+        got.expert_ids = to_host(experts);
+        got.num_tokens_post_pad = to_host(post)[0];
+        const AlignResult ref = reference_align(host_ids, E, bs);
+        CHECK_MESSAGE(got == ref, first_difference(got, ref));
+      }
     }
   }
 }
@@ -114,7 +112,8 @@ void run_chain(bool in_graph, Chain&& chain) {
 
 TEST_CASE("stream order: align_block_size chained (sorted_token_ids of one call are the ids of the next)") {
   Rng rng(23);
-  // 300000 ids over 256 experts: the cooperative grid path; later calls keep only the ids below 256
+  // 300000 ids over 256 experts: the cooperative grid path, then three launches (each path that applies to every
+  // call of the chain, forced); later calls keep only the ids below 256
   const std::int32_t E = 256, bs = 16;
   const int steps = 4;
   std::vector<std::int64_t> numel{300000};
@@ -127,30 +126,40 @@ TEST_CASE("stream order: align_block_size chained (sorted_token_ids of one call 
   moe::device_buffer<std::int32_t> experts(static_cast<std::size_t>(moe::align_max_blocks(numel.back(), E, bs)));
   moe::device_buffer<std::int32_t> post(1);
   moe::device_buffer<unsigned char> ws(ws_bytes);
-  const std::vector<std::int32_t> ids0 = uniform_ids<std::int32_t>(static_cast<std::size_t>(numel[0]), E, rng);
+  const std::vector<std::int32_t> ids0 = moe_catalogue::make_ids<std::int32_t>({numel[0], 1, E, bs}, rng);
   std::vector<std::int32_t> ids = ids0;
   AlignResult ref;
   for (int i = 0; i < steps; ++i) {
     ref = reference_align(ids, E, bs);
     ids = ref.sorted_token_ids;  // numel[i + 1] of them
   }
-  for (bool in_graph : {false, true}) {
-    INFO((in_graph ? "graph" : "stream"));
-    std::vector<std::int32_t> start(cap, kPoison);
-    std::copy(ids0.begin(), ids0.end(), start.begin());
-    moe::copy_to_device(buf0.data(), start.data(), buf0.bytes());
-    const std::vector<std::int32_t> poison(cap, kPoison);
-    moe::copy_to_device(buf1.data(), poison.data(), buf1.bytes());
-    moe::synchronize();  // the chain runs on a non-blocking stream
-    run_chain(in_graph, [&](void* stream) {
-      for (int i = 0; i < steps; ++i)
-        moe::align_block_size(buf[i % 2]->data(), numel[i], E, bs, buf[(i + 1) % 2]->data(), experts.data(),
-                              post.data(), ws.data(), ws_bytes, stream);
-    });
-    std::vector<std::int32_t> got = to_host(*buf[steps % 2]);
-    got.resize(static_cast<std::size_t>(numel[steps]));
-    CHECK(got == ref.sorted_token_ids);
-    CHECK(to_host(post)[0] == ref.num_tokens_post_pad);
+  std::vector<std::string> paths = paths_of<std::int32_t>(numel[0], E, bs);
+  for (int i = 1; i < steps; ++i) {
+    const auto those = paths_of<std::int32_t>(numel[i], E, bs);
+    const auto absent = [&](const std::string& p) { return std::find(those.begin(), those.end(), p) == those.end(); };
+    paths.erase(std::remove_if(paths.begin(), paths.end(), absent), paths.end());
+  }
+  REQUIRE(!paths.empty());
+  for (const std::string& path : paths) {
+    for (bool in_graph : {false, true}) {
+      INFO((in_graph ? "graph" : "stream") << " path " << path);
+      const moe::detail::ScopedForcedPath force(moe::detail::kAlignOperation, path);
+      std::vector<std::int32_t> start(cap, kPoison);
+      std::copy(ids0.begin(), ids0.end(), start.begin());
+      moe::copy_to_device(buf0.data(), start.data(), buf0.bytes());
+      const std::vector<std::int32_t> poison(cap, kPoison);
+      moe::copy_to_device(buf1.data(), poison.data(), buf1.bytes());
+      moe::synchronize();  // the chain runs on a non-blocking stream
+      run_chain(in_graph, [&](void* stream) {
+        for (int i = 0; i < steps; ++i)
+          moe::align_block_size(buf[i % 2]->data(), numel[i], E, bs, buf[(i + 1) % 2]->data(), experts.data(),
+                                post.data(), ws.data(), ws_bytes, stream);
+      });
+      std::vector<std::int32_t> got = to_host(*buf[steps % 2]);
+      got.resize(static_cast<std::size_t>(numel[steps]));
+      CHECK(got == ref.sorted_token_ids);
+      CHECK(to_host(post)[0] == ref.num_tokens_post_pad);
+    }
   }
 }
 

@@ -26,7 +26,7 @@ struct Failures {
 
 // One align case of a thread: its inputs and outputs in the backend's memory (allocated once, so that the
 // calls, not the allocations, fill the time) and the reference's answer.
-struct AlignCase {
+struct ThreadAlignCase {
   std::int32_t E = 1, bs = 1;
   std::int64_t numel = 0;
   moe_dtype_t dtype = MOE_INT32;
@@ -71,7 +71,7 @@ struct AlignCase {
   }
 };
 
-struct SumCase {
+struct ThreadSumCase {
   std::int64_t tokens = 1, hidden = 1;
   std::int32_t topk = 1;
   std::vector<float> want;
@@ -108,7 +108,7 @@ TEST_CASE("threads: 8 host threads calling align and sum at once, every result c
     pool.emplace_back([&failures, t] {
       try {
         Rng rng(7919 * static_cast<unsigned>(t + 1));
-        AlignCase align[kAlignCases];
+        ThreadAlignCase align[kAlignCases];
         for (int c = 0; c < kAlignCases; ++c) {
           switch (rng() % 3) {
             case 0: align[c].init<std::int32_t>(rng); break;
@@ -116,7 +116,7 @@ TEST_CASE("threads: 8 host threads calling align and sum at once, every result c
             default: align[c].init<std::int16_t>(rng); break;
           }
         }
-        SumCase sum;
+        ThreadSumCase sum;
         sum.init(rng);
         for (int r = 0; r < kRounds; ++r) {
           for (int c = 0; c < kAlignCases; ++c) {

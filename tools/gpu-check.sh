@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # What a GPU machine runs for a build made elsewhere (binaries carried in): the doctest suite, the
 # compute-sanitizer checks, the consumer, and the benchmark. Logs and CSV go to $OUT (or ./gpu-check-out).
-#   tools/gpu-check.sh BUILD_DIR [what...]   what: info tests memcheck racecheck synccheck memcheck-reliability
-#                                            fuzz memcheck-fuzz bench-<suite> consumer
+#   tools/gpu-check.sh BUILD_DIR [what...]
+#   what: info tests tests-portable paths memcheck racecheck synccheck memcheck-reliability fuzz memcheck-fuzz
+#         bench-<suite> consumer
+# tests: the whole suite, each align case on every path that applies on this GPU (MOE_TEST_PATHS=policy in the
+# environment: the policy's path only, e.g. for a slow sanitizer run); tests-portable: the same planning as a
+# device without clusters and dependent launch does (the plan of HIP on AMD); paths: the path and policy tests.
 set -uo pipefail
 build=$1; shift
 out=${OUT:-gpu-check-out}; mkdir -p "$out"
@@ -21,8 +25,10 @@ for what in "$@"; do
   case $what in
     info) run info bash -c 'nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv; uname -r' ;;
     tests) run tests "$build/tests/moe_tests" ;;
+    tests-portable) run tests-portable "$build/tests/moe_tests" --caps=portable ;;
+    paths) run paths "$build/tests/moe_tests" -tc='paths:*,policy:*,graph*,stream order*' ;;
     memcheck) run memcheck compute-sanitizer --tool memcheck --error-exitcode 9 "$build/tests/moe_tests" \
-                -tce='large*,*million*' ;;
+                -tce='large*,*million*,catalogue*' ;;
     racecheck) run racecheck compute-sanitizer --tool racecheck --racecheck-report all --error-exitcode 9 \
                 "$build/tests/moe_tests" -tc='golden*,graph*,random: numel*,random: expert counts*,random: sizes*,adversarial*' ;;
     synccheck) run synccheck compute-sanitizer --tool synccheck --error-exitcode 9 "$build/tests/moe_tests" \

@@ -4,6 +4,7 @@
 #include <new>
 
 #include "backend.hpp"
+#include "paths.hpp"
 
 namespace moe {
 namespace backend {
@@ -30,6 +31,9 @@ void synchronize(void*) {}
   void op(const detail::Op##Shape& s, const detail::Op##Args& a, void*) { detail::reference_##op(s, a); }
 MOE_OPERATIONS(MOE_CPU_OPERATION)
 #undef MOE_CPU_OPERATION
+
+// One path: the reference itself.
+std::vector<std::string> align_paths(const detail::AlignShape&, moe_dtype_t) { return {"reference"}; }
 
 }  // namespace backend
 }  // namespace moe

@@ -1,85 +1,46 @@
 // The CUDA/HIP backend's memory helpers and availability check. Written once; gpu_runtime.hpp picks CUDA or HIP.
 #include <cstdlib>
 #include <cstring>
-#include <map>
-#include <mutex>
-#include <tuple>
 
 #include "backend.hpp"
+#include "device_caps.hpp"
 #include "gpu_runtime.hpp"
 
 namespace moe {
 namespace gpu {
 
-int device_warp_size() {
-  static int cached = 0;
-  static std::once_flag once;
-  std::call_once(once, [] {
-    int dev = 0, ws = 0;
-    if (current_device(&dev) == kSuccess && warp_size_attribute(&ws, dev) == kSuccess) cached = ws;
-    (void)get_last_error();
-  });
-  if (cached != 32 && cached != 64)
-    detail::throw_backend(std::string("cannot query the device's warp size (") + kRuntimeName + " device missing?)");
-  return cached;
+DeviceCaps query_device_caps() {
+  int dev = 0, warp = 0, sms = 0, cooperative = 0, major = 0;
+  const bool known = current_device(&dev) == kSuccess && warp_size_attribute(&warp, dev) == kSuccess &&
+                     sm_count_attribute(&sms, dev) == kSuccess &&
+                     cooperative_launch_attribute(&cooperative, dev) == kSuccess &&
+                     compute_capability_major(&major, dev) == kSuccess;
+  (void)get_last_error();
+  if (!known || (warp != 32 && warp != 64) || sms <= 0)
+    detail::throw_backend(std::string("cannot query the device's warp size and multiprocessors (") + kRuntimeName +
+                          " device missing?)");
+  DeviceCaps c;
+  c.sm_count = sms;
+  c.warp_size = warp;
+  c.cooperative_launch = cooperative != 0;
+  c.clusters = kHasClusters && major >= 9;
+  c.dependent_launch = dependent_launch_allowed() && major >= 9;
+  return c;
 }
 
-int device_sm_count() {
-  static int cached = 0;
-  static std::once_flag once;
-  std::call_once(once, [] {
-    int dev = 0, n = 0;
-    if (current_device(&dev) == kSuccess && sm_count_attribute(&n, dev) == kSuccess) cached = n;
-    (void)get_last_error();
-  });
-  if (cached <= 0)
-    detail::throw_backend(std::string("cannot query the device's multiprocessor count (") + kRuntimeName +
-                          " device missing?)");
-  return cached;
+bool dependent_launch_allowed() {
+  const char* env = std::getenv("MOE_ROUTING_LAUNCH_OVERLAP");  // "0": plain launches (A/B, debugging)
+  return kHasDependentLaunch && !(env != nullptr && std::strcmp(env, "0") == 0);
 }
 
 bool launch_overlap_enabled(const void* kernel) {
-#if defined(MOE_GPU_HIP)
-  (void)kernel;
-  return false;
-#else
-  const char* env = std::getenv("MOE_ROUTING_LAUNCH_OVERLAP");  // "0": plain launches (A/B, debugging)
-  if (env != nullptr && std::strcmp(env, "0") == 0) return false;
+  if (!dependent_launch_allowed()) return false;
   int dev = 0, major = 0, ptx = 0;
-  const bool known = current_device(&dev) == kSuccess &&
-                     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == kSuccess &&
+  const bool known = current_device(&dev) == kSuccess && compute_capability_major(&major, dev) == kSuccess &&
                      ptx_version(&ptx, kernel) == kSuccess;
   (void)get_last_error();
   return known && major >= 9 && ptx >= 90;
-#endif
 }
-
-#if !defined(MOE_GPU_HIP)
-int max_active_clusters(const void* kernel, unsigned cluster, unsigned block, std::size_t smem) {
-  // the answer is fixed per device, kernel and configuration: asked of the driver once, not on every call
-  static std::mutex mutex;
-  static std::map<std::tuple<int, const void*, unsigned, unsigned, std::size_t>, int> known;
-  int dev = 0, major = 0, ptx = 0, clusters = 0;
-  if (current_device(&dev) != kSuccess) {
-    (void)get_last_error();
-    return 0;
-  }
-  const std::lock_guard<std::mutex> lock(mutex);
-  const auto key = std::make_tuple(dev, kernel, cluster, block, smem);
-  const auto hit = known.find(key);
-  if (hit != known.end()) return hit->second;
-  const bool able = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == kSuccess && major >= 9 &&
-                    ptx_version(&ptx, kernel) == kSuccess && ptx >= 90;
-  if (able) {
-    cudaLaunchAttribute attr[3];
-    const cudaLaunchConfig_t cfg = launch_config(cluster, block, smem, nullptr, attr, false, cluster, false);
-    if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) != kSuccess) clusters = 0;
-  }
-  (void)get_last_error();  // a refused query is an answer here, not an error of a later call
-  known.emplace(key, clusters);
-  return clusters;
-}
-#endif
 
 }  // namespace gpu
 
@@ -91,13 +52,7 @@ __global__ void probe_kernel(int* p) {
 
 namespace backend {
 
-const char* name() noexcept {
-#if defined(MOE_GPU_HIP)
-  return "hip";
-#else
-  return "cuda";
-#endif
-}
+const char* name() noexcept { return gpu::kBackendName; }
 
 std::string unavailable_reason() {
   int n = 0;

@@ -1,11 +1,16 @@
 // The one place where CUDA and HIP differ for this backend: a small namespaced layer (moe::gpu) over the
-// runtime calls and warp intrinsics the kernels use. Kernels and host glue are written once against it.
+// runtime calls and warp intrinsics the library uses, and the capability constants that say what each has.
+// Kernels, host glue and the path policy are written once against it; no other file of the backend tests a
+// vendor macro. (Streams, events and graphs, which only tests and the benchmark create: tests/gpu_test_runtime.hpp.)
 // Runtime API:  MOE_GPU_HIP defined -> hip* names from hip/hip_runtime.h: ROCm's on AMD, or for the
 //               HIP-on-NVIDIA build our own mapping onto CUDA (backends/cuda_hip/hip_on_nvidia/);
 //               otherwise the CUDA runtime.
+// Capabilities: kHasClusters, kHasDependentLaunch (host: the runtime has the launch at all; whether the device
+//               does is asked at run time, once: align/caps.cuh); MOE_GPU_HAS_MATCH_ANY, MOE_GPU_HAS_REDUX_ADD,
+//               MOE_GPU_CLUSTER_CODE (device pass: the intrinsic exists for the target being compiled).
 // Device code:  by platform: AMD intrinsics (64-bit ballots, wavefront fences) or NVIDIA's.
 // Warp size: a compile-time DEVICE value (kWarpSize: 32 on NVIDIA, the wavefront size on AMD) for kernels,
-// and a run-time HOST query (device_warp_size()) for launch geometry. The two are never mixed.
+// and a run-time HOST query (DeviceCaps::warp_size, device_caps.hpp) for launch geometry. Never mixed.
 #pragma once
 
 #include <cstddef>
@@ -27,6 +32,17 @@
 namespace moe {
 namespace gpu {
 
+// ---- capability constants --------------------------------------------------------------------------------
+#if defined(MOE_GPU_HIP)
+constexpr bool kHasClusters = false;         // thread-block clusters: CUDA only
+constexpr bool kHasDependentLaunch = false;  // programmatic dependent launch: CUDA only
+constexpr const char* kBackendName = "hip";
+#else
+constexpr bool kHasClusters = true;          // where the device is sm_90+ and the kernel built for it
+constexpr bool kHasDependentLaunch = true;   // likewise
+constexpr const char* kBackendName = "cuda";
+#endif
+
 // ---- host: runtime calls ---------------------------------------------------------------------------------
 #if defined(MOE_GPU_HIP)
 using error_t = hipError_t;
@@ -40,45 +56,34 @@ inline error_t current_device(int* d) { return hipGetDevice(d); }
 inline error_t warp_size_attribute(int* v, int dev) {
   return hipDeviceGetAttribute(v, hipDeviceAttributeWarpSize, dev);
 }
+inline error_t sm_count_attribute(int* v, int dev) {
+  return hipDeviceGetAttribute(v, hipDeviceAttributeMultiprocessorCount, dev);
+}
+inline error_t cooperative_launch_attribute(int* v, int dev) {
+  return hipDeviceGetAttribute(v, hipDeviceAttributeCooperativeLaunch, dev);
+}
+// NVIDIA's compute capability and a kernel's PTX version gate CUDA-only launches: none on HIP.
+inline error_t compute_capability_major(int* v, int) {
+  *v = 0;
+  return kSuccess;
+}
+inline error_t ptx_version(int* v, const void*) {
+  *v = 0;
+  return kSuccess;
+}
 inline error_t malloc(void** p, std::size_t n) { return hipMalloc(p, n); }
 inline error_t free(void* p) { return hipFree(p); }
 inline error_t copy_to_device(void* d, const void* s, std::size_t n) { return hipMemcpy(d, s, n, hipMemcpyHostToDevice); }
 inline error_t copy_to_host(void* d, const void* s, std::size_t n) { return hipMemcpy(d, s, n, hipMemcpyDeviceToHost); }
 inline error_t memset_async(void* p, int v, std::size_t n, stream_t s) { return hipMemsetAsync(p, v, n, s); }
 inline error_t stream_synchronize(stream_t s) { return hipStreamSynchronize(s); }
-// streams, events and graphs: for tests and the benchmark (the library itself never creates any)
-using event_t = hipEvent_t;
-using graph_t = hipGraph_t;
-using graph_exec_t = hipGraphExec_t;
-inline error_t stream_create(stream_t* s) { return hipStreamCreateWithFlags(s, hipStreamNonBlocking); }
-inline error_t stream_destroy(stream_t s) { return hipStreamDestroy(s); }
-inline error_t event_create(event_t* e) { return hipEventCreate(e); }
-inline error_t event_destroy(event_t e) { return hipEventDestroy(e); }
-inline error_t event_record(event_t e, stream_t s) { return hipEventRecord(e, s); }
-inline error_t event_synchronize(event_t e) { return hipEventSynchronize(e); }
-inline error_t event_elapsed_ms(float* ms, event_t a, event_t b) { return hipEventElapsedTime(ms, a, b); }
-inline error_t begin_capture(stream_t s) { return hipStreamBeginCapture(s, hipStreamCaptureModeGlobal); }
-inline error_t end_capture(stream_t s, graph_t* g) { return hipStreamEndCapture(s, g); }
-inline error_t graph_instantiate(graph_exec_t* e, graph_t g) { return hipGraphInstantiate(e, g, nullptr, nullptr, 0); }
-inline error_t graph_launch(graph_exec_t e, stream_t s) { return hipGraphLaunch(e, s); }
-inline error_t graph_destroy(graph_t g) { return hipGraphDestroy(g); }
-inline error_t graph_exec_destroy(graph_exec_t e) { return hipGraphExecDestroy(e); }
-inline error_t copy_async(void* d, const void* s, std::size_t n, stream_t st) {
-  return hipMemcpyAsync(d, s, n, hipMemcpyDeviceToDevice, st);
-}
-inline error_t l2_cache_bytes(int* v, int dev) { return hipDeviceGetAttribute(v, hipDeviceAttributeL2CacheSize, dev); }
-inline error_t sm_count_attribute(int* v, int dev) {
-  return hipDeviceGetAttribute(v, hipDeviceAttributeMultiprocessorCount, dev);
-}
 template <class Kernel>
 error_t max_active_blocks(int* n, Kernel kernel, int threads, std::size_t smem) {
   return hipOccupancyMaxActiveBlocksPerMultiprocessor(n, reinterpret_cast<const void*>(kernel), threads, smem);
 }
-inline error_t device_name(std::string* name, int dev) {
-  hipDeviceProp_t p;
-  const error_t e = hipGetDeviceProperties(&p, dev);
-  if (e == kSuccess) *name = p.name;
-  return e;
+inline error_t max_active_clusters(int* n, const void*, unsigned, unsigned, std::size_t) {  // no clusters
+  *n = 0;
+  return kSuccess;
 }
 #else
 using error_t = cudaError_t;
@@ -90,34 +95,25 @@ inline error_t get_last_error() { return cudaGetLastError(); }
 inline error_t device_count(int* n) { return cudaGetDeviceCount(n); }
 inline error_t current_device(int* d) { return cudaGetDevice(d); }
 inline error_t warp_size_attribute(int* v, int dev) { return cudaDeviceGetAttribute(v, cudaDevAttrWarpSize, dev); }
+inline error_t sm_count_attribute(int* v, int dev) { return cudaDeviceGetAttribute(v, cudaDevAttrMultiProcessorCount, dev); }
+inline error_t cooperative_launch_attribute(int* v, int dev) {
+  return cudaDeviceGetAttribute(v, cudaDevAttrCooperativeLaunch, dev);
+}
+inline error_t compute_capability_major(int* v, int dev) {
+  return cudaDeviceGetAttribute(v, cudaDevAttrComputeCapabilityMajor, dev);
+}
+inline error_t ptx_version(int* v, const void* kernel) {
+  cudaFuncAttributes a{};
+  const error_t e = cudaFuncGetAttributes(&a, kernel);
+  if (e == kSuccess) *v = a.ptxVersion;
+  return e;
+}
 inline error_t malloc(void** p, std::size_t n) { return cudaMalloc(p, n); }
 inline error_t free(void* p) { return cudaFree(p); }
 inline error_t copy_to_device(void* d, const void* s, std::size_t n) { return cudaMemcpy(d, s, n, cudaMemcpyHostToDevice); }
 inline error_t copy_to_host(void* d, const void* s, std::size_t n) { return cudaMemcpy(d, s, n, cudaMemcpyDeviceToHost); }
 inline error_t memset_async(void* p, int v, std::size_t n, stream_t s) { return cudaMemsetAsync(p, v, n, s); }
 inline error_t stream_synchronize(stream_t s) { return cudaStreamSynchronize(s); }
-// streams, events and graphs: for tests and the benchmark (the library itself never creates any)
-using event_t = cudaEvent_t;
-using graph_t = cudaGraph_t;
-using graph_exec_t = cudaGraphExec_t;
-inline error_t stream_create(stream_t* s) { return cudaStreamCreateWithFlags(s, cudaStreamNonBlocking); }
-inline error_t stream_destroy(stream_t s) { return cudaStreamDestroy(s); }
-inline error_t event_create(event_t* e) { return cudaEventCreate(e); }
-inline error_t event_destroy(event_t e) { return cudaEventDestroy(e); }
-inline error_t event_record(event_t e, stream_t s) { return cudaEventRecord(e, s); }
-inline error_t event_synchronize(event_t e) { return cudaEventSynchronize(e); }
-inline error_t event_elapsed_ms(float* ms, event_t a, event_t b) { return cudaEventElapsedTime(ms, a, b); }
-inline error_t begin_capture(stream_t s) { return cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal); }
-inline error_t end_capture(stream_t s, graph_t* g) { return cudaStreamEndCapture(s, g); }
-inline error_t graph_instantiate(graph_exec_t* e, graph_t g) { return cudaGraphInstantiate(e, g, 0); }
-inline error_t graph_launch(graph_exec_t e, stream_t s) { return cudaGraphLaunch(e, s); }
-inline error_t graph_destroy(graph_t g) { return cudaGraphDestroy(g); }
-inline error_t graph_exec_destroy(graph_exec_t e) { return cudaGraphExecDestroy(e); }
-inline error_t copy_async(void* d, const void* s, std::size_t n, stream_t st) {
-  return cudaMemcpyAsync(d, s, n, cudaMemcpyDeviceToDevice, st);
-}
-inline error_t l2_cache_bytes(int* v, int dev) { return cudaDeviceGetAttribute(v, cudaDevAttrL2CacheSize, dev); }
-inline error_t sm_count_attribute(int* v, int dev) { return cudaDeviceGetAttribute(v, cudaDevAttrMultiProcessorCount, dev); }
 template <class Kernel>
 error_t max_active_blocks(int* n, Kernel kernel, int threads, std::size_t smem) {
   return cudaOccupancyMaxActiveBlocksPerMultiprocessor(n, reinterpret_cast<const void*>(kernel), threads, smem);
@@ -157,20 +153,12 @@ inline error_t launch_ex(const void* kernel, unsigned grid, unsigned block, void
   const cudaLaunchConfig_t cfg = launch_config(grid, block, smem, s, attr, cooperative, cluster, overlap);
   return cudaLaunchKernelExC(&cfg, kernel, args);
 }
-// How many clusters of `cluster` (<= 8) blocks of this kernel the device holds at once; 0 where it runs none:
-// before sm_90, or for a kernel not built for it (PTX < 9.0: its body is a trap).
-int max_active_clusters(const void* kernel, unsigned cluster, unsigned block, std::size_t smem);
-inline error_t ptx_version(int* v, const void* kernel) {
-  cudaFuncAttributes a{};
-  const error_t e = cudaFuncGetAttributes(&a, kernel);
-  if (e == kSuccess) *v = a.ptxVersion;
-  return e;
-}
-inline error_t device_name(std::string* name, int dev) {
-  cudaDeviceProp p;
-  const error_t e = cudaGetDeviceProperties(&p, dev);
-  if (e == kSuccess) *name = p.name;
-  return e;
+// How many clusters of `cluster` (<= 8) blocks of this kernel the device holds at once (the device must be
+// sm_90+ and the kernel built for it: ask compute_capability_major and ptx_version first).
+inline error_t max_active_clusters(int* n, const void* kernel, unsigned cluster, unsigned block, std::size_t smem) {
+  cudaLaunchAttribute attr[3];
+  const cudaLaunchConfig_t cfg = launch_config(cluster, block, smem, nullptr, attr, false, cluster, false);
+  return cudaOccupancyMaxActiveClusters(n, kernel, &cfg);
 }
 #endif
 
@@ -180,24 +168,33 @@ inline void check(error_t e, const char* what) {
     detail::throw_backend(std::string(kRuntimeName) + " error in " + what + ": " + error_string(e));
 }
 
-// Run-time host queries, cached per process for the current device at first use.
-int device_warp_size();
-int device_sm_count();
-
 // ---- dependent launch ------------------------------------------------------------------------------------
 // On sm_90+ with CUDA, every kernel of this backend is launched with programmatic stream serialisation: it may
 // be scheduled while the kernel before it in the stream is still running, and (nearly) its first statement,
 // begin_after_prior_grid(), waits until that kernel has completed and its memory is visible. No global memory
-// is read or written before that wait (at most a block's own shared memory: kOwned clears it first), so stream
-// order holds exactly as for a plain launch; what overlaps is the launch latency and block scheduling. A
-// kernel compiled for an older PTX target (a JIT-run binary without sm_90 code) lacks the wait, so the
-// attribute is only set where the kernel's PTX version is >= 9.0.
+// is read or written before that wait (at most a block's own shared memory: block_per_expert clears it first),
+// so stream order holds exactly as for a plain launch; what overlaps is the launch latency and block scheduling.
+// A kernel compiled for an older PTX target (a JIT-run binary without sm_90 code) lacks the wait, so the
+// attribute is only set where the kernel's PTX version is >= 9.0. MOE_ROUTING_LAUNCH_OVERLAP=0 turns it off.
 // HIP has no such launch: plain launches there.
-bool launch_overlap_enabled(const void* kernel);  // cached per kernel
+bool dependent_launch_allowed();                  // kHasDependentLaunch, and not turned off by the environment
+bool launch_overlap_enabled(const void* kernel);  // that, and the current device and this kernel can: cached
 
 #if defined(__CUDACC__) || defined(__HIPCC__)
+// How a kernel is launched: grid, block and dynamic shared memory, and the attributes of this backend's
+// kernels: thread-block clusters of `cluster` blocks (> 0: kHasClusters only, and where the device holds them),
+// cooperative (all blocks resident at once, for kernels that call sync_grid()), overlap (programmatic
+// dependent launch where the kernel can: launch_overlap_enabled).
+struct LaunchShape {
+  unsigned grid = 1, block = 1;
+  std::size_t smem = 0;
+  unsigned cluster = 0;
+  bool cooperative = false;
+  bool overlap = true;
+};
+
 // One launch; the arguments are converted to the kernel's parameter types first (the void** form needs them
-// exact). cooperative: all blocks resident at once, for kernels that call sync_grid().
+// exact).
 template <class... Params, class... Args>
 error_t launch_with(void (*kernel)(Params...), unsigned grid, unsigned block, std::size_t smem, stream_t s,
                     bool cooperative, unsigned cluster, bool overlap, Args... args) {
@@ -219,27 +216,17 @@ error_t launch_with(void (*kernel)(Params...), unsigned grid, unsigned block, st
       held);
 }
 
-// Kernel<<<grid, block, smem, s>>>(args...) with programmatic serialisation where enabled; throws on a
-// launch error (configuration errors only: no host synchronisation, legal under graph capture).
+// Kernel<<<shape>>>(args...); throws on a launch error (configuration errors only: no host synchronisation,
+// legal under graph capture).
+template <auto Kernel, class... Args>
+void launch(const char* what, const LaunchShape& l, stream_t s, Args... args) {
+  static const bool able = launch_overlap_enabled(reinterpret_cast<const void*>(Kernel));
+  check(launch_with(Kernel, l.grid, l.block, l.smem, s, l.cooperative, l.cluster, able && l.overlap, args...), what);
+}
+// A plain grid, with programmatic serialisation where enabled.
 template <auto Kernel, class... Args>
 void launch(const char* what, unsigned grid, unsigned block, std::size_t smem, stream_t s, Args... args) {
-  static const bool overlap = launch_overlap_enabled(reinterpret_cast<const void*>(Kernel));
-  check(launch_with(Kernel, grid, block, smem, s, false, 0, overlap, args...), what);
-}
-// A grid in thread-block clusters of `cluster` blocks (> 0; CUDA only: check max_active_clusters first) and/or
-// cooperative (all blocks resident at once, for sync_grid). Cooperative grids overlap only up to one block per
-// multiprocessor: grids of 216-320 blocks ran 3-25 % slower with the attribute, 128 gained; 136 and 192 gained
-// too, which this bound gives up (H200, NOTES step 18).
-template <auto Kernel, class... Args>
-void launch_cluster(const char* what, unsigned grid, unsigned cluster, unsigned block, std::size_t smem, stream_t s,
-                    bool cooperative, Args... args) {
-  static const bool overlap = launch_overlap_enabled(reinterpret_cast<const void*>(Kernel));
-  const bool bounded = !cooperative || grid <= static_cast<unsigned>(device_sm_count());
-  check(launch_with(Kernel, grid, block, smem, s, cooperative, cluster, overlap && bounded, args...), what);
-}
-template <auto Kernel, class... Args>
-void launch_cooperative(const char* what, unsigned grid, unsigned block, std::size_t smem, stream_t s, Args... args) {
-  launch_cluster<Kernel>(what, grid, 0, block, smem, s, true, args...);
+  launch<Kernel>(what, LaunchShape{grid, block, smem}, s, args...);
 }
 #endif
 
@@ -280,24 +267,47 @@ MOE_DEVICE void sync_warp() {
   __builtin_amdgcn_wave_barrier();
   __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "wavefront");
 }
+MOE_DEVICE void device_trap() { __builtin_trap(); }
+#define MOE_GPU_HAS_MATCH_ANY 0  // no match.any: ballots (primitives.cuh)
 #else  // NVIDIA: CUDA, or HIP on NVIDIA (compiled by nvcc): the same device intrinsics
 MOE_DEVICE lane_mask_t ballot(bool p) { return __ballot_sync(0xFFFFFFFFu, p); }
 template <class T> MOE_DEVICE T shfl_up(T v, int delta) { return __shfl_up_sync(0xFFFFFFFFu, v, delta); }
 template <class T> MOE_DEVICE T shfl(T v, int src) { return __shfl_sync(0xFFFFFFFFu, v, src); }
 template <class T> MOE_DEVICE T shfl_xor(T v, int mask) { return __shfl_xor_sync(0xFFFFFFFFu, v, mask); }
 MOE_DEVICE void sync_warp() { __syncwarp(); }
+MOE_DEVICE void device_trap() { __trap(); }
+#define MOE_GPU_HAS_MATCH_ANY 1  // the lanes holding the same value as mine, in one instruction
+MOE_DEVICE lane_mask_t match_any(int v) { return __match_any_sync(0xFFFFFFFFu, v); }
 #endif
-// Barrier of the whole grid, with its memory made visible. Only in kernels started by launch_cooperative.
+
+#if !defined(__HIP_PLATFORM_AMD__) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#define MOE_GPU_HAS_REDUX_ADD 1  // NVIDIA sm_80+: a warp's sum in one instruction
+MOE_DEVICE std::int32_t reduce_add(std::int32_t v) { return __reduce_add_sync(0xFFFFFFFFu, v); }
+#else
+#define MOE_GPU_HAS_REDUX_ADD 0
+#endif
+
+// Thread-block clusters, device side: code for them exists in the CUDA sm_90+ device pass only (elsewhere a
+// cluster kernel's body is a trap, and the host never launches it: align/caps.cuh).
+#if !defined(MOE_GPU_HIP) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define MOE_GPU_CLUSTER_CODE 1
+// Arrive at the cluster barrier without release semantics (cooperative_groups' barrier_arrive orders every
+// earlier memory access of the block first); the barrier's wait (barrier_wait) keeps its acquire.
+MOE_DEVICE void cluster_arrive_relaxed() { asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory"); }
+#else
+#define MOE_GPU_CLUSTER_CODE 0
+#endif
+
+// Barrier of the whole grid, with its memory made visible. Only in kernels launched cooperative.
 MOE_DEVICE void sync_grid() { cooperative_groups::this_grid().sync(); }
 
 // Dependent launch, device side (see "dependent launch"); no-ops for plain launches, on HIP, and below sm_90.
 // wait_prior_grid: until the kernel before this one in the stream has completed, its memory visible.
 // allow_next_grid: the kernel after this one may be scheduled once every block of this one has called it
 // (or exited); it then waits in its turn. begin_after_prior_grid: both, the first statement of most kernels
-// (kTiny allows before it waits; kOwned clears its shared memory and moe_sum does its index arithmetic first:
-// see there).
-// The three kernels of kDirect and kRadix (count, row_scan, scatter) only wait: with the early allow, the
-// 2M-id kDirect call took 127 us instead of 107 and kRadix gained less (H200, perf/NOTES.md step 18).
+// (warp_tiny allows before it waits; block_per_expert clears its shared memory and moe_sum does its index
+// arithmetic first: see there). The three kernels of three_launches and two_digit_radix (count, row_scan,
+// scatter) only wait (align_policy.hpp, [early-allow]).
 MOE_DEVICE void wait_prior_grid() {
 #if !defined(MOE_GPU_HIP) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");

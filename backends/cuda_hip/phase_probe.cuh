@@ -1,8 +1,9 @@
-// Phase probe of the block-resident align kernels (kGrid, kCluster, kClusterGrid), for perf experiments only:
-// CMake -DMOE_PHASE_PROBE=ON defines MOE_PROBE for the library and builds perf/moe_probe. Thread 0 of each block
-// records the SM clock at each point below as it passes it (the global timer at the two *Time points);
-// perf/moe_probe reads the last call's records. In every other build the hooks are empty and generate no code.
-// Why: ncu cannot profile kClusterGrid as launched (its replay drops the cluster dimension, perf/NOTES.md step
+// PERF-ONLY hook: the phase probe of the block-resident align kernels (cooperative_grid, one_cluster,
+// cluster_grid). CMake -DMOE_PHASE_PROBE=ON (CUDA only) defines MOE_PROBE for the library and builds
+// perf/moe_probe, the reader (perf/phase_probe.cu). Thread 0 of each block records the SM clock at each point
+// below as it passes it (the global timer at the two *Time points); the library only exports where the records
+// are (moe_probe_records, align.cu). In every other build the hooks are empty and generate no code.
+// Why: ncu cannot profile cluster_grid as launched (its replay drops the cluster dimension, perf/NOTES.md step
 // 37), and ablations cut more than one phase at a time.
 #pragma once
 
@@ -21,8 +22,12 @@ constexpr const char* kProbeNames[kProbePoints] = {
     "grid.sync", "table", "scan0", "scanned", "eids", "placed", "exit", "exit(gt)"};
 constexpr int kProbeMaxBlocks = 512;
 
-#if defined(MOE_PROBE) && !defined(MOE_GPU_HIP) && defined(__CUDACC__)
+#if defined(MOE_PROBE) && defined(MOE_DEVICE)  // CUDA (CMake refuses the probe elsewhere)
 __device__ unsigned long long probe_record[kProbeMaxBlocks][kProbePoints];
+inline const void* probe_records() {  // the device address of the records
+  void* p = nullptr;
+  return cudaGetSymbolAddress(&p, probe_record) == cudaSuccess ? p : nullptr;
+}
 MOE_DEVICE void probe_at(ProbePoint k) {
   if (threadIdx.x == 0 && blockIdx.x < kProbeMaxBlocks) probe_record[blockIdx.x][k] = clock64();
 }
@@ -31,7 +36,7 @@ MOE_DEVICE void probe_time(ProbePoint k) {
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   if (threadIdx.x == 0 && blockIdx.x < kProbeMaxBlocks) probe_record[blockIdx.x][k] = t;
 }
-#elif defined(__CUDACC__) || defined(__HIPCC__)
+#elif defined(MOE_DEVICE)
 MOE_DEVICE void probe_at(ProbePoint) {}
 MOE_DEVICE void probe_time(ProbePoint) {}
 #endif

@@ -8,8 +8,8 @@ namespace moe {
 namespace gpu {
 
 // The lanes of this warp whose `bucket` (of `bits` bits) equals mine, among lanes with `valid` set (0 for an
-// invalid lane), by one ballot per bit: a fixed cost, whatever the values. (Unrolled to 10 bits with a test per bit,
-// every step's ballots before kClusterGrid's first rank: 1.04x its time, perf/NOTES.md step 50.)
+// invalid lane), by one ballot per bit: a fixed cost, whatever the values. (Not unrolled to 10 bits with a test per
+// bit: align_policy.hpp, [match-any].)
 MOE_DEVICE lane_mask_t match_bucket_ballots(int bucket, bool valid, int bits) {
   lane_mask_t peers = ballot(valid);
   for (int k = 0; k < bits; ++k) {
@@ -20,14 +20,13 @@ MOE_DEVICE lane_mask_t match_bucket_ballots(int bucket, bool valid, int bits) {
   return valid ? peers : lane_mask_t{0};
 }
 
-// The same by NVIDIA's match.any, whose cost grows with the distinct values among the lanes: cheaper than the
-// ballots where few experts are present (one token, skewed ids, most ids dropped: the ballots took 1.10-1.29x
-// there), dearer where a warp step holds ~30 distinct experts of 64-1024 (the ballots ranked kClusterGrid's ids
-// at 4096x8 in 0.42 us instead of 0.56, perf/NOTES.md step 50). AMD has no match.any: ballots there.
+// The same by match.any where the device has it (MOE_GPU_HAS_MATCH_ANY: NVIDIA), whose cost grows with the distinct
+// values among the lanes: cheaper than the ballots where few experts are present (one token, skewed ids, most ids
+// dropped), dearer where a warp step holds ~30 distinct experts (align_policy.hpp, [match-any]). AMD: ballots.
 MOE_DEVICE lane_mask_t match_bucket(int bucket, bool valid, int bits) {
-#if !defined(__HIP_PLATFORM_AMD__)
+#if MOE_GPU_HAS_MATCH_ANY
   (void)bits;  // every lane runs both intrinsics, valid or not
-  const lane_mask_t peers = __match_any_sync(0xFFFFFFFFu, bucket) & ballot(valid);
+  const lane_mask_t peers = match_any(bucket) & ballot(valid);
   return valid ? peers : lane_mask_t{0};
 #else
   return match_bucket_ballots(bucket, valid, bits);
@@ -45,11 +44,11 @@ MOE_DEVICE T warp_inclusive_scan(T v) {
   return v;
 }
 
-// Sum across the lanes of a warp, in every lane. Integer addition, so the order does not matter. NVIDIA
-// sm_80+: one redux instruction instead of a chain of shuffles.
+// Sum across the lanes of a warp, in every lane. Integer addition, so the order does not matter. Where the device
+// has it (MOE_GPU_HAS_REDUX_ADD: NVIDIA sm_80+), one redux instruction instead of a chain of shuffles.
 MOE_DEVICE std::int32_t warp_sum(std::int32_t v) {
-#if !defined(__HIP_PLATFORM_AMD__) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  return __reduce_add_sync(0xFFFFFFFFu, v);
+#if MOE_GPU_HAS_REDUX_ADD
+  return reduce_add(v);
 #else
   for (int d = kWarpSize / 2; d > 0; d >>= 1) v += shfl_xor(v, d);
   return v;
@@ -81,8 +80,8 @@ __device__ T block_scan_values(T v, T* scratch, T& total) {
 // and returns the total to every thread; data[] itself is left as the warps' partial prefixes. Per row of blockDim
 // values: a warp scan per warp, its sum to scratch; after the barrier every warp adds up the sums before its own
 // itself, instead of one warp scanning them between two more barriers. Strided (not a run per thread) so that the
-// owners' own loops over experts are coalesced: with runs, kClusterGrid at 4096x8 with 1024 experts took 1.23x
-// the time (perf/NOTES.md step 47). `scratch`: rows * kWarps values, read until the caller's next barrier.
+// owners' own loops over experts are coalesced (align_policy.hpp, [strided]). `scratch`: rows * kWarps values,
+// read until the caller's next barrier.
 template <int kWarps, class T, class Set>
 __device__ T block_scan_owned(T* data, int n, T* scratch, Set&& set) {
   const int w = warp_id(), lane = lane_id(), threads = kWarps * kWarpSize;
@@ -118,10 +117,9 @@ __device__ T block_scan_owned(T* data, int n, T* scratch, Set&& set) {
 // coalesced), kRows rows at a time with their loads in flight. It sums its tile; the block scans the warps' sums;
 // then each warp walks its tile again, from its start, with independent warp scans per row. load(i) gives
 // value i (a T), store(i, prefix) takes its exclusive prefix; store may overwrite what load reads (a barrier
-// separates the two walks). Returns the total to every thread; `scratch` as for block_scan_values. (kRadix's
-// expert scan, one block over 65536 values, under ncu: a run of consecutive values per thread, so a memory
-// request per value, 367 us (143 with 16-byte loads); chunks of the whole block with a block scan each, 48 us;
-// these tiles 38: perf/NOTES.md step 40.)
+// separates the two walks). Returns the total to every thread; `scratch` as for block_scan_values. (Not a run of
+// consecutive values per thread, a memory request per value, nor chunks of the whole block with a block scan
+// each: align_policy.hpp, [tiles].)
 template <int kRows, class T, class Load, class Store>
 __device__ T block_scan_tiles(int n, T* scratch, Load&& load, Store&& store) {
   const int lane = lane_id(), W = warps_per_block(), step = kRows * kWarpSize;

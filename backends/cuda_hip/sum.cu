@@ -11,7 +11,19 @@ namespace backend {
 
 namespace {
 
-constexpr int kSumThreads = 128;
+// The tuning of moe_sum, each row with the measurement behind it (perf/NOTES.md step N, H200).
+struct SumTuning {
+  static constexpr int kThreads = 128;  // a block of 128 threads, each one 16-byte vector (kVecs) of a token's row
+  // topk <= 2: 2 input vectors in flight and 2 outputs per thread; <= 4: 4 and 1; more: 8 and 1, in rounds. One
+  // kernel for every topk held 8 in flight (72 registers): bf16 4096x2x4096 0.71 -> 0.935 of the copy (step 9);
+  // 4 outputs per thread for topk <= 2 took 1.16x at 4096x2x2048, 1.29x with one token (step 19)
+  static constexpr int kSmallInFlight = 2, kSmallVecs = 2, kMidInFlight = 4, kLargeInFlight = 8;
+  // an instance per common topk (a compile-time constant, no k loop): one token 0.79-0.91 of the general
+  // instance's time (1x8x4096 bf16 1.37 -> 1.09 us), >= 4096 tokens 0.99-1.00 (step 36, with the index arithmetic
+  // before the dependent-launch wait)
+  static constexpr int kSmallTopk = 2, kMidTopk = 4, kLargeTopk = 8;
+};
+constexpr int kSumThreads = SumTuning::kThreads;
 
 template <class Traits>
 struct alignas(16) Vec {  // 16 bytes of values
@@ -25,9 +37,8 @@ __device__ __forceinline__ float add(float a, float b) { return __fadd_rn(a, b);
 // kVecs vectors kSumThreads apart. kInFlight: input vectors loaded together (topk up to it in one round,
 // more in rounds). Small topk gets small kInFlight (fewer registers, more threads resident) and kVecs 2 (loads
 // in flight per thread): what a memory-bound kernel needs. kTopk > 0: topk known at compile time (2, 4, 8): no
-// k loop, no per-k tests, a smaller kernel. A one-token call is little more than fetching the kernel's code
-// (ncu: instruction-fetch stalls): it took 0.79-0.91 of the general instance's time, 1x8x4096 bf16 1.37 ->
-// 1.09 us; >= 4096 tokens 0.99-1.00 (perf/NOTES.md step 36).
+// k loop, no per-k tests, a smaller kernel: a one-token call is little more than fetching the kernel's code (ncu:
+// instruction-fetch stalls; SumTuning).
 template <class Traits, int kInFlight, int kVecs, int kTopk>
 __global__ void __launch_bounds__(kSumThreads) sum_vec_kernel(const Vec<Traits>* __restrict__ in, Vec<Traits>* __restrict__ out,
                                                              std::int32_t topk_arg, std::int32_t vecs_per_row,
@@ -106,14 +117,15 @@ void sum_typed(const detail::SumShape& s, const void* input, void* output, gpu::
                                              stream, static_cast<const Vec<Traits>*>(input),
                                              static_cast<Vec<Traits>*>(output), s.topk, vecs, chunks);
     };
+    using T = SumTuning;
     switch (s.topk) {  // the counts routers use have an instance each (kTopk)
-      case 2: launch(VecKernel<Traits, 2, 2, 2>{}); break;
-      case 4: launch(VecKernel<Traits, 4, 1, 4>{}); break;
-      case 8: launch(VecKernel<Traits, 8, 1, 8>{}); break;
+      case T::kSmallTopk: launch(VecKernel<Traits, T::kSmallInFlight, T::kSmallVecs, T::kSmallTopk>{}); break;
+      case T::kMidTopk: launch(VecKernel<Traits, T::kMidInFlight, 1, T::kMidTopk>{}); break;
+      case T::kLargeTopk: launch(VecKernel<Traits, T::kLargeInFlight, 1, T::kLargeTopk>{}); break;
       default:
-        if (s.topk < 2) launch(VecKernel<Traits, 2, 2>{});
-        else if (s.topk < 4) launch(VecKernel<Traits, 4, 1>{});
-        else launch(VecKernel<Traits, 8, 1>{});
+        if (s.topk < T::kSmallTopk) launch(VecKernel<Traits, T::kSmallInFlight, T::kSmallVecs>{});
+        else if (s.topk < T::kMidTopk) launch(VecKernel<Traits, T::kMidInFlight, 1>{});
+        else launch(VecKernel<Traits, T::kLargeInFlight, 1>{});
     }
   } else {
     const std::int64_t chunks = (s.hidden + kSumThreads - 1) / kSumThreads;

@@ -1,4 +1,4 @@
-// align_block_size with Kokkos patterns: the GPU family's algorithm (backends/cuda_hip/align_plan.hpp) in
+// align_block_size with Kokkos patterns: the GPU family's algorithm (backends/cuda_hip/align_policy.hpp) in
 // four labelled kernels on one execution space instance:
 //   rank     TeamPolicy, one team per segment of consecutive ids, walking it in order: a per-team row of
 //            counters in scratch memory; within a step, an id's rank among the step's equal ids comes from
@@ -14,6 +14,7 @@
 #include "backend.hpp"
 #include "dispatch.hpp"
 #include "padded_layout.hpp"
+#include "paths.hpp"
 #include "runtime.hpp"
 
 namespace moe {
@@ -198,6 +199,9 @@ void align_ids(const detail::AlignShape& s, const detail::AlignArgs& a, const Pl
 namespace backend {
 
 std::size_t align_workspace_size(const detail::AlignShape& shape) { return kokkos::make_plan(shape).bytes; }
+
+// One path: the four kernels above (team ranking, row scans, expert starts, scatter and fill).
+std::vector<std::string> align_paths(const detail::AlignShape&, moe_dtype_t) { return {"kokkos_four_kernels"}; }
 
 void align(const detail::AlignShape& shape, const detail::AlignArgs& args, void* stream) {
   kokkos::ensure_initialized();

@@ -11,6 +11,7 @@
 #include "dispatch.hpp"
 #include "moe/reference.hpp"
 #include "moe/routing.h"
+#include "paths.hpp"
 
 namespace moe {
 namespace detail {
@@ -129,6 +130,8 @@ void align_block_size(const void* topk_ids, moe_dtype_t id_type, std::int64_t nu
   const detail::AlignArgs a{topk_ids,   id_type,   sorted_token_ids, expert_ids, num_tokens_post_pad,
                             workspace, workspace_bytes};
   detail::check_align_args(s, a, backend::align_workspace_size(s));
+  // a forced path (paths.hpp, tests and benchmark only) must apply to this shape: align_path throws where not
+  if (detail::forced_path(detail::kAlignOperation) != nullptr) (void)detail::align_path(s, a.id_type);
   backend::align(s, a, stream);  // numel 0 too: num_tokens_post_pad = 0 is written on the stream
 }
 

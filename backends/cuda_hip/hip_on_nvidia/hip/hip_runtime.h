@@ -26,6 +26,7 @@ constexpr hipMemcpyKind hipMemcpyDeviceToDevice = cudaMemcpyDeviceToDevice;
 constexpr hipDeviceAttribute_t hipDeviceAttributeWarpSize = cudaDevAttrWarpSize;
 constexpr hipDeviceAttribute_t hipDeviceAttributeL2CacheSize = cudaDevAttrL2CacheSize;
 constexpr hipDeviceAttribute_t hipDeviceAttributeMultiprocessorCount = cudaDevAttrMultiProcessorCount;
+constexpr hipDeviceAttribute_t hipDeviceAttributeCooperativeLaunch = cudaDevAttrCooperativeLaunch;
 constexpr hipStreamCaptureMode hipStreamCaptureModeGlobal = cudaStreamCaptureModeGlobal;
 constexpr unsigned hipStreamNonBlocking = cudaStreamNonBlocking;
 
