@@ -1,12 +1,13 @@
 # moe_target_warnings(target): the project's warning set, errors when MOE_WARNINGS_AS_ERRORS is on.
-# Also forbids fast-math style flags from leaking in: moe_sum's bit-exactness depends on IEEE arithmetic.
+# Also forbids fast-math style flags from leaking in: moe_sum's bit-exactness depends on IEEE arithmetic, and
+# moe_topk_gating's (numeric_exp.hpp) on no FMA contraction either (GCC contracts across statements by default).
 function(moe_target_warnings target)
   set(cxx_flags -Wall -Wextra -Wpedantic -Wshadow -Wconversion -Wno-sign-conversion)
   if(MOE_WARNINGS_AS_ERRORS)
     list(APPEND cxx_flags -Werror)
   endif()
   target_compile_options(${target} PRIVATE
-    $<$<COMPILE_LANGUAGE:CXX>:${cxx_flags} -fno-fast-math>
+    $<$<COMPILE_LANGUAGE:CXX>:${cxx_flags} -fno-fast-math -ffp-contract=off>
     $<$<COMPILE_LANGUAGE:C>:-Wall -Wextra -Wpedantic $<$<BOOL:${MOE_WARNINGS_AS_ERRORS}>:-Werror>>
     $<$<COMPILE_LANGUAGE:HIP>:-Wall -Wextra $<$<BOOL:${MOE_WARNINGS_AS_ERRORS}>:-Werror>>)
   if(CMAKE_CUDA_COMPILER)

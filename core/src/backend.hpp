@@ -12,11 +12,13 @@
 
 #include "ops/align.hpp"
 #include "ops/sum.hpp"
+#include "ops/topk_gating.hpp"
 
 // X(op, Op): one line per operation; Op names its detail::<Op>Shape and detail::<Op>Args.
 #define MOE_OPERATIONS(X) \
   X(align, Align)         \
-  X(sum, Sum)
+  X(sum, Sum)             \
+  X(topk_gating, TopkGating)
 
 namespace moe {
 namespace backend {

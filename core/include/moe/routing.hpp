@@ -65,6 +65,8 @@ void align_block_size(const void* topk_ids, moe_dtype_t id_type, std::int64_t nu
                       void* stream = nullptr);
 void sum(const void* input, moe_dtype_t dtype, std::int64_t num_tokens, std::int32_t topk, std::int64_t hidden,
          void* output, void* stream = nullptr);
+void topk_gating(const void* logits, moe_dtype_t dtype, std::int64_t num_tokens, std::int32_t num_experts,
+                 const moe_gate_t& gate, std::int32_t* topk_ids, float* topk_weights, void* stream = nullptr);
 
 // Typed forms. IdT: int8_t, uint8_t, int16_t, int32_t, int64_t. T: float, half_t, bfloat16_t.
 template <class IdT>
@@ -81,6 +83,30 @@ void sum(const T* input, std::int64_t num_tokens, std::int32_t topk, std::int64_
          void* stream = nullptr) {
   sum(static_cast<const void*>(input), dtype_of<T>::value, num_tokens, topk, hidden, static_cast<void*>(output),
       stream);
+}
+
+// A gate with the given top-k and score and no grouping, bias, renormalisation or scaling; set the other fields
+// as the model needs (e.g. DeepSeek-V3: g.num_groups = 8, g.topk_groups = 4, g.correction_bias = bias,
+// g.renormalize = 1, g.routed_scaling_factor = 2.5f).
+inline moe_gate_t make_gate(std::int32_t topk, moe_score_t score) {
+  moe_gate_t g{};
+  g.topk = topk;
+  g.score = score;
+  g.num_groups = 1;
+  g.topk_groups = 1;
+  g.correction_bias = nullptr;
+  g.renormalize = 0;
+  g.routed_scaling_factor = 1.0f;
+  return g;
+}
+
+// T: float, half_t, bfloat16_t.
+template <class T>
+void topk_gating(const T* logits, std::int64_t num_tokens, std::int32_t num_experts, const moe_gate_t& gate,
+                 std::int32_t* topk_ids, float* topk_weights, void* stream = nullptr) {
+  static_assert(!std::is_integral<T>::value, "logits must be float, half_t or bfloat16_t");
+  topk_gating(static_cast<const void*>(logits), dtype_of<T>::value, num_tokens, num_experts, gate, topk_ids,
+              topk_weights, stream);
 }
 
 // Owning buffer in the backend's memory space (move-only). Handy for applications and tests.
