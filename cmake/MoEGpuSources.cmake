@@ -2,6 +2,7 @@
 set(MOE_GPU_SOURCES
   ${PROJECT_SOURCE_DIR}/backends/cuda_hip/align.cu
   ${PROJECT_SOURCE_DIR}/backends/cuda_hip/sum.cu
+  ${PROJECT_SOURCE_DIR}/backends/cuda_hip/topk_gating.cu
   ${PROJECT_SOURCE_DIR}/backends/cuda_hip/backend.cu)
 
 # The CUDA language for the library, shared by the CUDA backend and the HIP backend's NVIDIA platform: the

@@ -12,9 +12,12 @@
 //   2^k as (p * 2^k1) * 2^k2 with k1 = floor(k / 2), k2 = k - k1, both normal powers of two built from exponent
 //   bits: the first product is exact, the second rounds once, which gives gradual underflow to subnormals and
 //   overflow to +inf as IEEE multiplication does.
-//   Accuracy, MEASURED exhaustively over every fp32 x in [-104, 89] (all other inputs give exact results: +0,
-//   +inf, NaN) against a correctly rounded exp (tools/exp_ulp.cpp: double exp, long double expl where the double
-//   lies near a rounding boundary):  see kExpUlpBound below.
+//   Accuracy, MEASURED exhaustively over all 2^32 fp32 inputs against a correctly rounded exp (tools/exp_ulp.cpp:
+//   double exp, long double expl where the double lies near a rounding boundary; 20 inputs needed it, none stayed
+//   ambiguous): every result is the correctly rounded float or one of its two neighbours (max distance 1 float);
+//   17,974,216 results (0.80 % of the 2.24e9 inputs in [-104, 89]; 0.42 % of all inputs) are the neighbour; the
+//   largest error against the exact value is 0.868 ulp (x = -0x1.4caf52p+2). Inputs outside [-104, 89] give
+//   exactly +0, +inf or NaN, the correctly rounded results.
 // sigmoid_f32(x) = 1 / (1 + exp_f32(-x)): three IEEE operations after exp (negation exact, add, divide).
 //   +inf -> 1, -inf -> 0, NaN -> NaN.
 //

@@ -11,6 +11,20 @@ module moe_routing
   ! moe_dtype_t
   integer(c_int), parameter :: MOE_INT8 = 0, MOE_UINT8 = 1, MOE_INT16 = 2, MOE_INT32 = 3, MOE_INT64 = 4, &
                                MOE_FLOAT32 = 5, MOE_FLOAT16 = 6, MOE_BFLOAT16 = 7
+  ! moe_score_t
+  integer(c_int), parameter :: MOE_SCORE_SOFTMAX = 0, MOE_SCORE_SIGMOID = 1, MOE_SCORE_SOFTMAX_TOPK = 2
+
+  ! moe_gate_t (moe_topk_gating's settings; pass it by reference). correction_bias: c_null_ptr or a pointer to
+  ! [num_experts] reals in the backend's memory. routed_scaling_factor: 1.0 for none.
+  type, bind(C) :: moe_gate_t
+    integer(c_int32_t) :: topk
+    integer(c_int) :: score
+    integer(c_int32_t) :: num_groups
+    integer(c_int32_t) :: topk_groups
+    type(c_ptr) :: correction_bias
+    integer(c_int32_t) :: renormalize
+    real(c_float) :: routed_scaling_factor
+  end type
 
   interface
     function moe_backend_name() bind(C, name="moe_backend_name") result(p)
@@ -83,6 +97,15 @@ module moe_routing
       integer(c_int), value :: dtype
       integer(c_int64_t), value :: num_tokens, hidden
       integer(c_int32_t), value :: topk
+    end function
+    integer(c_int) function moe_topk_gating(logits, dtype, num_tokens, num_experts, gate, topk_ids, &
+        topk_weights, stream) bind(C, name="moe_topk_gating")
+      import :: c_int, c_int64_t, c_int32_t, c_ptr, moe_gate_t
+      type(c_ptr), value :: logits, topk_ids, topk_weights, stream
+      integer(c_int), value :: dtype
+      integer(c_int64_t), value :: num_tokens
+      integer(c_int32_t), value :: num_experts
+      type(moe_gate_t), intent(in) :: gate
     end function
   end interface
 end module moe_routing
