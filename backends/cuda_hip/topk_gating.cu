@@ -48,23 +48,41 @@ struct GateParams {
   float scale;
 };
 
-MOE_DEVICE std::uint64_t shfl_xor64(std::uint64_t v, int mask) {
-  const auto lo = gpu::shfl_xor(static_cast<std::uint32_t>(v), mask);
-  const auto hi = gpu::shfl_xor(static_cast<std::uint32_t>(v >> 32), mask);
-  return (std::uint64_t{hi} << 32) | lo;
-}
-// Max over the W lanes of a subwarp (aligned groups of W lanes), in every lane of it.
+// Max over the W lanes of a subwarp (aligned groups of W lanes), in every lane of it. A whole warp on NVIDIA sm_80+:
+// one redux instruction.
 template <int W>
 MOE_DEVICE std::uint32_t subwarp_max(std::uint32_t v) {
+#if !defined(__HIP_PLATFORM_AMD__) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  if (W == 32) return __reduce_max_sync(0xFFFFFFFFu, v);
+#endif
+  if (W > 1) {
 #pragma unroll
-  for (int o = W / 2; o >= 1; o /= 2) v = max(v, gpu::shfl_xor(v, o));
+    for (int o = W / 2; o >= 1; o /= 2) v = max(v, gpu::shfl_xor(v, o));
+  }
   return v;
 }
+// The lowest lane (0..W-1) of my subwarp whose `mine` is set.
 template <int W>
-MOE_DEVICE std::uint64_t subwarp_max(std::uint64_t v) {
+MOE_DEVICE int subwarp_first(bool mine, int base) {
+  const gpu::lane_mask_t all = gpu::ballot(mine);
+  const gpu::lane_mask_t sub = W == gpu::kWarpSize ? all : (all >> base) & ((gpu::lane_mask_t{1} << W) - 1);
+  return gpu::lowest_lane(sub);
+}
+// Argmax over the subwarp of 32-bit keys v[0..V) per lane (0: never chosen), ties to the lowest lane and slot:
+// the order of gating::order_key, whose index part grows with lane then slot. Returns the winning lane; *slot its
+// slot, *key its key.
+template <int W, int N>
+MOE_DEVICE int subwarp_argmax(const std::uint32_t (&v)[N], int base, int* slot, std::uint32_t* key) {
+  std::uint32_t best = 0;
+  int at = 0;
 #pragma unroll
-  for (int o = W / 2; o >= 1; o /= 2) v = gating::max_key(v, shfl_xor64(v, o));
-  return v;
+  for (int j = 0; j < N; ++j)
+    if (v[j] > best) best = v[j], at = j;  // strict: the lowest slot of equals
+  const std::uint32_t win = subwarp_max<W>(best);
+  const int owner = W == 1 ? 0 : subwarp_first<W>(best == win, base);
+  *slot = W == 1 ? at : gpu::shfl(at, base + owner);
+  *key = win;
+  return owner;
 }
 
 // ---- kSubwarp ----------------------------------------------------------------------------------------------------
@@ -148,49 +166,48 @@ __global__ void __launch_bounds__(kSubwarpThreads)
 #pragma unroll
       for (int j = 0; j < V; ++j) val[j] = x[j];
     }
-    // 2. selection keys (0: never chosen)
-    std::uint64_t key[V];
+    // 2. selection keys: score_key of b_e (0: never chosen); with the index as tie-break they are order_key
+    std::uint32_t key[V];
 #pragma unroll
-    for (int j = 0; j < V; ++j)
-      key[j] = active && e0 + j < E ? order_key(gating::selection_of(val[j], p.bias, e0 + j), e0 + j) : 0;
+    for (int j = 0; j < V; ++j) key[j] = active && e0 + j < E ? score_key(gating::selection_of(val[j], p.bias, e0 + j)) : 0;
 
     // 3a. groups: each lane's group slots, then topk_groups rounds of argmax; experts of other groups -> key 0
     if (p.num_groups > 1) {
-      std::uint64_t gk[kMaxGroupSlots];
+      std::uint32_t gk[kMaxGroupSlots];
 #pragma unroll
       for (int i = 0; i < kMaxGroupSlots; ++i) gk[i] = 0;
-      int slots = 1;
-      if (G >= V) {  // a group spans P = G / V lanes (a power of two), aligned
-        Top2 top{0, 0};
+      const bool spans = G >= V;
+      if (spans) {  // a group spans P = G / V lanes (a power of two), aligned
+        gating::Top2Keys top{0, 0};
 #pragma unroll
         for (int j = 0; j < V; ++j) top = gating::top2_insert(top, key[j]);
-        for (int o = 1; o < G / V; o <<= 1) top = gating::top2_merge(top, Top2{shfl_xor64(top.first, o), shfl_xor64(top.second, o)});
-        gk[0] = active && e0 < E ? order_key(gating::group_score(top, G), e0 / G) : 0;
+        for (int o = 1; o < G / V; o <<= 1)
+          top = gating::top2_merge(top, gating::Top2Keys{gpu::shfl_xor(top.first, o), gpu::shfl_xor(top.second, o)});
+        gk[0] = active && e0 < E ? score_key(gating::group_score(top, G)) : 0;
       } else {  // V / G whole groups per lane
-        slots = V / G;
 #pragma unroll
         for (int i = 0; i < kMaxGroupSlots; ++i) {
-          Top2 top{0, 0};
+          gating::Top2Keys top{0, 0};
 #pragma unroll
           for (int j = 0; j < V; ++j)
             if (j >= i * G && j < (i + 1) * G) top = gating::top2_insert(top, key[j]);
-          gk[i] = i < slots && active && e0 + i * G < E ? order_key(gating::group_score(top, G), (e0 + i * G) / G) : 0;
+          gk[i] = i < V / G && active && e0 + i * G < E ? score_key(gating::group_score(top, G)) : 0;
         }
       }
       std::uint32_t kept = 0;
 #pragma unroll 1
       for (int r = 0; r < p.topk_groups; ++r) {
-        std::uint64_t best = 0;
-#pragma unroll
-        for (int i = 0; i < kMaxGroupSlots; ++i) best = gating::max_key(best, gk[i]);
-        const std::uint64_t win = subwarp_max<W>(best);
+        int at = 0;
+        std::uint32_t win = 0;
+        const int owner = subwarp_argmax<W>(gk, base, &at, &win);
+        const int won = (owner * V + (spans ? 0 : at * G)) / G;  // the winning group
 #pragma unroll
         for (int i = 0; i < kMaxGroupSlots; ++i)
-          if (gk[i] == win) gk[i] = 0, kept |= 1u << i;
+          if (gk[i] != 0 && (e0 + (spans ? 0 : i * G)) / G == won) gk[i] = 0, kept |= 1u << i;
       }
 #pragma unroll
       for (int j = 0; j < V; ++j) {
-        const int slot = G >= V ? 0 : j / G;
+        const int slot = spans ? 0 : j / G;
         if (!((kept >> slot) & 1u)) key[j] = 0;
       }
     }
@@ -205,18 +222,15 @@ __global__ void __launch_bounds__(kSubwarpThreads)
       const int rounds = min(W, K - q * W);
 #pragma unroll 1
       for (int pp = 0; pp < rounds; ++pp) {
-        std::uint64_t best = 0;
-#pragma unroll
-        for (int j = 0; j < V; ++j) best = gating::max_key(best, key[j]);
-        const std::uint64_t win = subwarp_max<W>(best);
-        const std::int32_t idx = gating::index_of_key(win);
-        const int owner = idx / V, at = idx - owner * V;
+        int at = 0;
+        std::uint32_t win = 0;
+        const int owner = subwarp_argmax<W>(key, base, &at, &win);
         float v = 0.0f;
 #pragma unroll
         for (int j = 0; j < V; ++j)
           if (sl == owner && j == at) v = val[j], key[j] = 0;
         if (W > 1) v = gpu::shfl(v, base + owner);
-        if (sl == pp) my_id[q] = idx, my_v[q] = v;
+        if (sl == pp) my_id[q] = owner * V + at, my_v[q] = v;
       }
     }
 

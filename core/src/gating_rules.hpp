@@ -54,6 +54,26 @@ MOE_HD Top2 top2_merge(Top2 a, Top2 b) {
   const std::uint64_t lo = a.first > b.first ? b.first : a.first;
   return Top2{first, max_key(lo, max_key(a.second, b.second))};
 }
+// The same on 32-bit score keys (the two largest values, equal values allowed): what a group's score needs.
+struct Top2Keys {
+  std::uint32_t first, second;
+};
+MOE_HD Top2Keys top2_insert(Top2Keys t, std::uint32_t k) {
+  if (k > t.first) return Top2Keys{k, t.first};
+  if (k > t.second) return Top2Keys{t.first, k};
+  return t;
+}
+MOE_HD Top2Keys top2_merge(Top2Keys a, Top2Keys b) {
+  const std::uint32_t first = a.first > b.first ? a.first : b.first;
+  const std::uint32_t lo = a.first > b.first ? b.first : a.first;
+  const std::uint32_t second = a.second > b.second ? a.second : b.second;
+  return Top2Keys{first, lo > second ? lo : second};
+}
+MOE_HD float group_score(Top2Keys t, std::int32_t group_size) {
+  const float b1 = score_of_key(t.first);
+  return group_size == 1 ? b1 : numeric::fadd(b1, score_of_key(t.second));
+}
+
 // A group's score from the keys of its two best experts: the sum of their selection scores (the one score when
 // the group has one expert). Reading the scores back from keys turns a -0 into +0, which changes no sum's key.
 MOE_HD float group_score(Top2 t, std::int32_t group_size) {
