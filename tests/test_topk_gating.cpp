@@ -269,7 +269,7 @@ TEST_CASE("gating exp: within 1 float of the correctly rounded exp; specials exa
     ++n;
   }
   CHECK(worst <= 1);
-  CHECK(off < n / 5);  // most results are correctly rounded (the exhaustive tool measured ~10 %)
+  CHECK(off < n / 20);  // most results are correctly rounded (tools/exp_ulp.cpp: 0.8 % are not, in [-104, 89])
   CHECK(fbits(exp_f32(0.0f)) == fbits(1.0f));
   CHECK(fbits(exp_f32(-0.0f)) == fbits(1.0f));
   CHECK(fbits(exp_f32(INFINITY)) == fbits(INFINITY));

@@ -95,7 +95,8 @@ constexpr int kMaxGroupSlots = 8;
 template <int W, int V>
 MOE_DEVICE float ordered_sum(const float (&a)[V], int base, int n) {
   float acc = 0.0f;
-#pragma unroll(W * V <= 256 ? W : 1)
+  constexpr int kUnrollLanes = W * V <= 256 ? W : 1;
+#pragma unroll kUnrollLanes
   for (int q = 0; q < W; ++q) {
 #pragma unroll
     for (int j = 0; j < V; ++j) {

@@ -19,7 +19,11 @@
 //   largest error against the exact value is 0.868 ulp (x = -0x1.4caf52p+2). Inputs outside [-104, 89] give
 //   exactly +0, +inf or NaN, the correctly rounded results.
 // sigmoid_f32(x) = 1 / (1 + exp_f32(-x)): three IEEE operations after exp (negation exact, add, divide).
-//   +inf -> 1, -inf -> 0, NaN -> NaN.
+//   +inf -> 1, -inf -> 0, NaN -> NaN. Measured by the same tool over every x >= -88.72283 (3,274,797,591 inputs):
+//   at most 2 floats from the correctly rounded sigmoid (168,117,973 inputs, 5.13 %, differ), within 2.481 ulp of
+//   the exact value (x = -0x1.0a2bd8p+4). 35 inputs near 0 (sigmoid = 0.5 + x/4 - ..., within 2^-60 of a midpoint)
+//   stayed ambiguous at long double and were settled with mpmath at 60 digits (within 2 floats too). Below
+//   -88.72283, exp(-x) overflows and the formula gives +0 exactly (the true value is below 2^-127).
 //
 // Contraction: the operations go through fmul/fadd/fsub/fdiv below. On NVIDIA devices they are the __f*_rn
 // intrinsics, which the compiler never fuses or reorders whatever -fmad says; on clang (HIP, or a clang host
