@@ -107,5 +107,25 @@ module moe_routing
       integer(c_int32_t), value :: num_experts
       type(moe_gate_t), intent(in) :: gate
     end function
+    integer(c_int) function moe_route_workspace_size(num_tokens, num_experts, gate, num_local_experts, &
+        block_size, bytes) bind(C, name="moe_route_workspace_size")
+      import :: c_int, c_int64_t, c_int32_t, c_size_t, moe_gate_t
+      integer(c_int64_t), value :: num_tokens
+      integer(c_int32_t), value :: num_experts, num_local_experts, block_size
+      type(moe_gate_t), intent(in) :: gate
+      integer(c_size_t), intent(out) :: bytes
+    end function
+    integer(c_int) function moe_route(logits, dtype, num_tokens, num_experts, gate, expert_map, &
+        num_local_experts, block_size, topk_ids, topk_weights, sorted_token_ids, expert_ids, &
+        num_tokens_post_pad, token_positions, workspace, workspace_bytes, stream) bind(C, name="moe_route")
+      import :: c_int, c_int64_t, c_int32_t, c_size_t, c_ptr, moe_gate_t
+      type(c_ptr), value :: logits, expert_map, topk_ids, topk_weights, sorted_token_ids, expert_ids, &
+                            num_tokens_post_pad, token_positions, workspace, stream
+      integer(c_int), value :: dtype
+      integer(c_int64_t), value :: num_tokens
+      integer(c_int32_t), value :: num_experts, num_local_experts, block_size
+      type(moe_gate_t), intent(in) :: gate
+      integer(c_size_t), value :: workspace_bytes
+    end function
   end interface
 end module moe_routing

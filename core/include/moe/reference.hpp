@@ -24,6 +24,15 @@ void sum(const void* input, moe_dtype_t dtype, std::int64_t num_tokens, std::int
 void topk_gating(const void* logits, moe_dtype_t dtype, std::int64_t num_tokens, std::int32_t num_experts,
                  const moe_gate_t& gate, std::int32_t* topk_ids, float* topk_weights);
 
+// moe_route on the host: reference gating, then reference align_ep (workspace: host memory of that size).
+std::size_t route_workspace_size(std::int64_t num_tokens, std::int32_t num_experts, const moe_gate_t& gate,
+                                 std::int32_t num_local_experts, std::int32_t block_size);
+void route(const void* logits, moe_dtype_t dtype, std::int64_t num_tokens, std::int32_t num_experts,
+           const moe_gate_t& gate, const std::int32_t* expert_map, std::int32_t num_local_experts,
+           std::int32_t block_size, std::int32_t* topk_ids, float* topk_weights, std::int32_t* sorted_token_ids,
+           std::int32_t* expert_ids, std::int32_t* num_tokens_post_pad, std::int32_t* token_positions,
+           void* workspace, std::size_t workspace_bytes);
+
 template <class T>
 void topk_gating(const T* logits, std::int64_t num_tokens, std::int32_t num_experts, const moe_gate_t& gate,
                  std::int32_t* topk_ids, float* topk_weights) {

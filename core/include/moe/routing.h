@@ -202,6 +202,34 @@ typedef struct {
 moe_status_t moe_topk_gating(const void* logits, moe_dtype_t dtype, int64_t num_tokens, int32_t num_experts,
                              const moe_gate_t* gate, int32_t* topk_ids, float* topk_weights, void* stream);
 
+/* ---------------------------------------------------------------------------------------------------------
+ * moe_route: moe_topk_gating, then moe_align_block_size_ep over the ids it chose, in one call with one
+ * workspace: from a router's logits to the layout a grouped / fused MoE GEMM reads.
+ *
+ *   logits, dtype, num_tokens, num_experts, gate, topk_ids, topk_weights: as moe_topk_gating (topk_ids and
+ *                  topk_weights [num_tokens, gate->topk] are outputs here too).
+ *   expert_map, num_local_experts, block_size, sorted_token_ids, expert_ids, num_tokens_post_pad,
+ *   token_positions: as moe_align_block_size_ep for topk_ids (int32, numel = num_tokens * gate->topk); expert_map
+ *                  may be NULL (the identity: num_local_experts == num_experts); token_positions may be NULL
+ *                  (not written); expert_counts is not produced. Capacities: moe_align_max_padded / _blocks(numel,
+ *                  num_local_experts, block_size).
+ *   workspace      moe_route_workspace_size(...) bytes or more, in the backend's memory, no initialisation needed
+ *                  (gating's part, rounded up to 256 bytes, then align_ep's part).
+ *
+ * Every output equals, bit for bit, moe_topk_gating followed by moe_align_block_size_ep on the same stream (that
+ * is how it is computed today: two backend operations back to back; no allocation, no host synchronisation).
+ * Errors: those of moe_topk_gating and of moe_align_block_size_ep (naming the argument), num_tokens * topk >=
+ * 2^31, a workspace smaller than moe_route_workspace_size gives, and any output or the workspace overlapping
+ * another buffer of the call. num_tokens == 0 is valid: num_tokens_post_pad = 0 and nothing else is written.
+ * -------------------------------------------------------------------------------------------------------*/
+moe_status_t moe_route_workspace_size(int64_t num_tokens, int32_t num_experts, const moe_gate_t* gate,
+                                      int32_t num_local_experts, int32_t block_size, size_t* bytes);
+moe_status_t moe_route(const void* logits, moe_dtype_t dtype, int64_t num_tokens, int32_t num_experts,
+                       const moe_gate_t* gate, const int32_t* expert_map, int32_t num_local_experts,
+                       int32_t block_size, int32_t* topk_ids, float* topk_weights, int32_t* sorted_token_ids,
+                       int32_t* expert_ids, int32_t* num_tokens_post_pad, int32_t* token_positions, void* workspace,
+                       size_t workspace_bytes, void* stream);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -67,6 +67,14 @@ void sum(const void* input, moe_dtype_t dtype, std::int64_t num_tokens, std::int
          void* output, void* stream = nullptr);
 void topk_gating(const void* logits, moe_dtype_t dtype, std::int64_t num_tokens, std::int32_t num_experts,
                  const moe_gate_t& gate, std::int32_t* topk_ids, float* topk_weights, void* stream = nullptr);
+// moe_route (routing.h): gating then align_ep, one workspace. expert_map, token_positions may be NULL.
+std::size_t route_workspace_size(std::int64_t num_tokens, std::int32_t num_experts, const moe_gate_t& gate,
+                                 std::int32_t num_local_experts, std::int32_t block_size);
+void route(const void* logits, moe_dtype_t dtype, std::int64_t num_tokens, std::int32_t num_experts,
+           const moe_gate_t& gate, const std::int32_t* expert_map, std::int32_t num_local_experts,
+           std::int32_t block_size, std::int32_t* topk_ids, float* topk_weights, std::int32_t* sorted_token_ids,
+           std::int32_t* expert_ids, std::int32_t* num_tokens_post_pad, std::int32_t* token_positions,
+           void* workspace, std::size_t workspace_bytes, void* stream = nullptr);
 
 // Typed forms. IdT: int8_t, uint8_t, int16_t, int32_t, int64_t. T: float, half_t, bfloat16_t.
 template <class IdT>
