@@ -23,8 +23,9 @@ target_sources(moe_routing PRIVATE
   ${PROJECT_SOURCE_DIR}/backends/kokkos/align.cpp
   ${PROJECT_SOURCE_DIR}/backends/kokkos/align_ep.cpp
   ${PROJECT_SOURCE_DIR}/backends/kokkos/sum.cpp
-
   ${PROJECT_SOURCE_DIR}/backends/kokkos/permute.cpp
-  ${PROJECT_SOURCE_DIR}/backends/kokkos/combine.cpp)
+  ${PROJECT_SOURCE_DIR}/backends/kokkos/combine.cpp
+  ${PROJECT_SOURCE_DIR}/backends/kokkos/topk_gating.cpp)
+
 target_include_directories(moe_routing PRIVATE ${PROJECT_SOURCE_DIR}/backends/kokkos)
 target_link_libraries(moe_routing PUBLIC Kokkos::kokkos)

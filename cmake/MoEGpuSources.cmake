@@ -3,6 +3,7 @@ set(MOE_GPU_SOURCES
   ${PROJECT_SOURCE_DIR}/backends/cuda_hip/align.cu
   ${PROJECT_SOURCE_DIR}/backends/cuda_hip/align_ep.cu
   ${PROJECT_SOURCE_DIR}/backends/cuda_hip/sum.cu
+  ${PROJECT_SOURCE_DIR}/backends/cuda_hip/topk_gating.cu
   ${PROJECT_SOURCE_DIR}/backends/cuda_hip/permute.cu
   ${PROJECT_SOURCE_DIR}/backends/cuda_hip/combine.cu
   ${PROJECT_SOURCE_DIR}/backends/cuda_hip/backend.cu

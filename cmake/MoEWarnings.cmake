@@ -1,7 +1,8 @@
 # moe_target_warnings(target): the project's warning set, errors when MOE_WARNINGS_AS_ERRORS is on.
 # Also forbids fast-math style flags from leaking in: moe_sum's bit-exactness depends on IEEE arithmetic; and
 # FMA contraction, which GCC applies across statements in C++ by default (-std=c++17 too: its ISO-mode "off"
-# is for C only) wherever the target has FMA (aarch64, x86 with -march=haswell+): moe_combine's w * x + acc.
+# is for C only) wherever the target has FMA (aarch64, x86 with -march=haswell+): moe_combine's w * x + acc,
+# moe_topk_gating's exp (numeric_exp.hpp).
 function(moe_target_warnings target)
   set(cxx_flags -Wall -Wextra -Wpedantic -Wshadow -Wconversion -Wno-sign-conversion)
   if(MOE_WARNINGS_AS_ERRORS)

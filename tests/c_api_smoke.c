@@ -44,5 +44,25 @@ int moe_c_api_smoke(void) {
   if (memcmp(sorted, want_sorted, sizeof sorted) != 0) return 4;
   if (memcmp(experts, want_experts, sizeof experts) != 0) return 5;
   if (moe_align_block_size(d_ids, MOE_FLOAT16, 9, 5, 4, NULL, NULL, NULL, NULL, 0, NULL) == MOE_SUCCESS) return 6;
+  {  /* routing.h's gating example */
+    const float logits[4] = {1.0f, 3.0f, 2.0f, 3.0f};
+    moe_gate_t gate = {2, MOE_SCORE_SOFTMAX, 1, 1, NULL, 1, 1.0f};
+    int32_t gids[2] = {-1, -1};
+    float w[2] = {0.0f, 0.0f};
+    void *d_logits = NULL, *d_gids = NULL, *d_w = NULL;
+    TRY(moe_malloc(&d_logits, sizeof logits));
+    TRY(moe_malloc(&d_gids, sizeof gids));
+    TRY(moe_malloc(&d_w, sizeof w));
+    TRY(moe_memcpy_to_device(d_logits, logits, sizeof logits));
+    TRY(moe_topk_gating(d_logits, MOE_FLOAT32, 1, 4, &gate, (int32_t*)d_gids, (float*)d_w, NULL));
+    TRY(moe_synchronize(NULL));
+    TRY(moe_memcpy_to_host(gids, d_gids, sizeof gids));
+    TRY(moe_memcpy_to_host(w, d_w, sizeof w));
+    TRY(moe_free(d_logits));
+    TRY(moe_free(d_gids));
+    TRY(moe_free(d_w));
+    if (gids[0] != 1 || gids[1] != 3 || w[0] != 0.5f || w[1] != 0.5f) return 7;
+    if (moe_topk_gating(NULL, MOE_FLOAT32, 1, 4, NULL, NULL, NULL, NULL) != MOE_ERROR_INVALID_ARGUMENT) return 8;
+  }
   return 0;
 }

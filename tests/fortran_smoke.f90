@@ -63,5 +63,35 @@ program fortran_smoke
                            d_experts, d_post, d_ws, ws, c_null_ptr) /= MOE_ERROR_UNSUPPORTED) stop 1
   if (moe_combine(d_tok, MOE_FLOAT8_E4M3, MOE_ROWS_FLAT, 3_c_int64_t, 1_c_int32_t, 1_c_int64_t, c_null_ptr, &
                   c_null_ptr, 1.0_c_float, d_comb, c_null_ptr) /= MOE_ERROR_UNSUPPORTED) stop 1
+  call gating_smoke()
   print '(a)', 'fortran_smoke: ok'
+
+contains
+
+  ! routing.h's gating example: logits [1, 3, 2, 3], softmax, top 2, renormalized: ids [1, 3], weights [0.5, 0.5]
+  subroutine gating_smoke()
+    real(c_float), target :: logits(4) = [1.0, 3.0, 2.0, 3.0], weights(2)
+    integer(c_int32_t), target :: gids(2)
+    type(c_ptr) :: d_logits, d_ids, d_w
+    type(moe_gate_t) :: gate
+    integer(c_int) :: s
+    gate = moe_gate_t(topk=2, score=MOE_SCORE_SOFTMAX, num_groups=1, topk_groups=1, correction_bias=c_null_ptr, &
+                      renormalize=1, routed_scaling_factor=1.0)
+    s = moe_malloc(d_logits, 16_c_size_t)
+    s = ior(s, moe_malloc(d_ids, 8_c_size_t))
+    s = ior(s, moe_malloc(d_w, 8_c_size_t))
+    s = ior(s, moe_memcpy_to_device(d_logits, c_loc(logits), 16_c_size_t))
+    s = ior(s, moe_topk_gating(d_logits, MOE_FLOAT32, 1_c_int64_t, 4_c_int32_t, gate, d_ids, d_w, c_null_ptr))
+    s = ior(s, moe_synchronize(c_null_ptr))
+    s = ior(s, moe_memcpy_to_host(c_loc(gids), d_ids, 8_c_size_t))
+    s = ior(s, moe_memcpy_to_host(c_loc(weights), d_w, 8_c_size_t))
+    s = ior(s, moe_free(d_logits))
+    s = ior(s, moe_free(d_ids))
+    s = ior(s, moe_free(d_w))
+    if (s /= MOE_SUCCESS) stop 1
+    if (any(gids /= [1, 3]) .or. any(weights /= [0.5, 0.5])) stop 1
+    gate%topk = 5  ! more than the experts: an error status
+    if (moe_topk_gating(d_logits, MOE_FLOAT32, 1_c_int64_t, 4_c_int32_t, gate, d_ids, d_w, c_null_ptr) &
+        /= MOE_ERROR_INVALID_ARGUMENT) stop 1
+  end subroutine
 end program

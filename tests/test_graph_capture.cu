@@ -421,3 +421,51 @@ TEST_CASE("stream order: permute and combine chained (each call reads what the o
     CHECK(std::memcmp(got.data(), ref.data(), ref.size() * sizeof(float)) == 0);
   }
 }
+
+TEST_CASE("graph capture: topk_gating on both paths, replayed with new logits") {
+  Rng rng(25);
+  struct Shape {
+    std::int64_t tokens;
+    std::int32_t experts, topk, groups, kept;
+    moe_score_t score;
+  };
+  // the subwarp path (Mixtral, DeepSeek-V3 grouped, Kimi K2) and the block path (many experts, large topk)
+  const Shape shapes[] = {{300, 8, 2, 1, 1, MOE_SCORE_SOFTMAX},  {77, 256, 8, 8, 4, MOE_SCORE_SIGMOID},
+                          {5, 384, 8, 1, 1, MOE_SCORE_SIGMOID},  {3, 4096, 8, 1, 1, MOE_SCORE_SOFTMAX},
+                          {4, 128, 64, 1, 1, MOE_SCORE_SOFTMAX_TOPK}};
+  for (const Shape& s : shapes) {
+    INFO("tokens=" << s.tokens << " experts=" << s.experts << " topk=" << s.topk);
+    const auto n = static_cast<std::size_t>(s.tokens * s.experts);
+    std::vector<float> bias(static_cast<std::size_t>(s.experts));
+    std::normal_distribution<float> d(0.0f, 2.0f);
+    for (auto& b : bias) b = d(rng) * 0.05f;
+    auto d_bias = to_device(bias);
+    moe::device_buffer<moe::bfloat16_t> logits(n);
+    moe::device_buffer<std::int32_t> ids(static_cast<std::size_t>(s.tokens * s.topk));
+    moe::device_buffer<float> weights(ids.size());
+    moe_gate_t gate = moe::make_gate(s.topk, s.score);
+    gate.num_groups = s.groups;
+    gate.topk_groups = s.kept;
+    gate.correction_bias = s.score == MOE_SCORE_SIGMOID ? d_bias.data() : nullptr;
+    gate.renormalize = 1;
+    gate.routed_scaling_factor = 2.5f;
+    Graph g;
+    g.capture([&](void* stream) {
+      moe::topk_gating(logits.data(), s.tokens, s.experts, gate, ids.data(), weights.data(), stream);
+    });
+    for (int rep = 0; rep < 2; ++rep) {  // the same graph, new logits each replay
+      std::vector<moe::bfloat16_t> host(n);
+      for (auto& v : host) v = moe::reference::float_to_bfloat16(d(rng));
+      moe::copy_to_device(logits.data(), host.data(), logits.bytes());
+      g.replay();
+      std::vector<std::int32_t> ref_ids(ids.size());
+      std::vector<float> ref_w(ids.size());
+      moe_gate_t host_gate = gate;
+      host_gate.correction_bias = gate.correction_bias ? bias.data() : nullptr;
+      moe::reference::topk_gating(host.data(), s.tokens, s.experts, host_gate, ref_ids.data(), ref_w.data());
+      CHECK(to_host(ids) == ref_ids);
+      const auto got_w = to_host(weights);
+      CHECK(std::memcmp(got_w.data(), ref_w.data(), ref_w.size() * sizeof(float)) == 0);
+    }
+  }
+}

@@ -15,6 +15,7 @@
 #include "ops/combine.hpp"
 #include "ops/permute.hpp"
 #include "ops/sum.hpp"
+#include "ops/topk_gating.hpp"
 
 // X(op, Op): one line per operation; Op names its detail::<Op>Shape and detail::<Op>Args.
 #define MOE_OPERATIONS(X) \
@@ -22,7 +23,8 @@
   X(align_ep, AlignEp)    \
   X(sum, Sum)             \
   X(permute, Permute)     \
-  X(combine, Combine)
+  X(combine, Combine)     \
+  X(topk_gating, TopkGating)
 
 namespace moe {
 namespace backend {

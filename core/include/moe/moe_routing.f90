@@ -14,6 +14,20 @@ module moe_routing
                                MOE_FLOAT8_E4M3 = 8, MOE_FLOAT8_E5M2 = 9
   ! moe_rows_layout_t
   integer(c_int), parameter :: MOE_ROWS_FLAT = 0, MOE_ROWS_PERMUTED = 1
+  ! moe_score_t
+  integer(c_int), parameter :: MOE_SCORE_SOFTMAX = 0, MOE_SCORE_SIGMOID = 1, MOE_SCORE_SOFTMAX_TOPK = 2
+
+  ! moe_gate_t (moe_topk_gating's settings; pass it by reference). correction_bias: c_null_ptr or a pointer to
+  ! [num_experts] reals in the backend's memory. routed_scaling_factor: 1.0 for none.
+  type, bind(C) :: moe_gate_t
+    integer(c_int32_t) :: topk
+    integer(c_int) :: score
+    integer(c_int32_t) :: num_groups
+    integer(c_int32_t) :: topk_groups
+    type(c_ptr) :: correction_bias
+    integer(c_int32_t) :: renormalize
+    real(c_float) :: routed_scaling_factor
+  end type
 
   interface
     function moe_backend_name() bind(C, name="moe_backend_name") result(p)
@@ -123,6 +137,35 @@ module moe_routing
       integer(c_int64_t), value :: num_tokens, hidden
       integer(c_int32_t), value :: topk
       real(c_float), value :: scale
+    end function
+    integer(c_int) function moe_topk_gating(logits, dtype, num_tokens, num_experts, gate, topk_ids, &
+        topk_weights, stream) bind(C, name="moe_topk_gating")
+      import :: c_int, c_int64_t, c_int32_t, c_ptr, moe_gate_t
+      type(c_ptr), value :: logits, topk_ids, topk_weights, stream
+      integer(c_int), value :: dtype
+      integer(c_int64_t), value :: num_tokens
+      integer(c_int32_t), value :: num_experts
+      type(moe_gate_t), intent(in) :: gate
+    end function
+    integer(c_int) function moe_route_workspace_size(num_tokens, num_experts, gate, num_local_experts, &
+        block_size, bytes) bind(C, name="moe_route_workspace_size")
+      import :: c_int, c_int64_t, c_int32_t, c_size_t, moe_gate_t
+      integer(c_int64_t), value :: num_tokens
+      integer(c_int32_t), value :: num_experts, num_local_experts, block_size
+      type(moe_gate_t), intent(in) :: gate
+      integer(c_size_t), intent(out) :: bytes
+    end function
+    integer(c_int) function moe_route(logits, dtype, num_tokens, num_experts, gate, expert_map, &
+        num_local_experts, block_size, topk_ids, topk_weights, sorted_token_ids, expert_ids, &
+        num_tokens_post_pad, token_positions, workspace, workspace_bytes, stream) bind(C, name="moe_route")
+      import :: c_int, c_int64_t, c_int32_t, c_size_t, c_ptr, moe_gate_t
+      type(c_ptr), value :: logits, expert_map, topk_ids, topk_weights, sorted_token_ids, expert_ids, &
+                            num_tokens_post_pad, token_positions, workspace, stream
+      integer(c_int), value :: dtype
+      integer(c_int64_t), value :: num_tokens
+      integer(c_int32_t), value :: num_experts, num_local_experts, block_size
+      type(moe_gate_t), intent(in) :: gate
+      integer(c_size_t), value :: workspace_bytes
     end function
   end interface
 end module moe_routing

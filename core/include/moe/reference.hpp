@@ -37,6 +37,25 @@ void align_block_size_ep(const void* topk_ids, moe_dtype_t id_type, std::int64_t
                          std::int32_t* expert_counts, std::int32_t* token_positions, void* workspace,
                          std::size_t workspace_bytes);
 
+void topk_gating(const void* logits, moe_dtype_t dtype, std::int64_t num_tokens, std::int32_t num_experts,
+                 const moe_gate_t& gate, std::int32_t* topk_ids, float* topk_weights);
+
+// moe_route on the host: reference gating, then reference align_ep (workspace: host memory of that size).
+std::size_t route_workspace_size(std::int64_t num_tokens, std::int32_t num_experts, const moe_gate_t& gate,
+                                 std::int32_t num_local_experts, std::int32_t block_size);
+void route(const void* logits, moe_dtype_t dtype, std::int64_t num_tokens, std::int32_t num_experts,
+           const moe_gate_t& gate, const std::int32_t* expert_map, std::int32_t num_local_experts,
+           std::int32_t block_size, std::int32_t* topk_ids, float* topk_weights, std::int32_t* sorted_token_ids,
+           std::int32_t* expert_ids, std::int32_t* num_tokens_post_pad, std::int32_t* token_positions,
+           void* workspace, std::size_t workspace_bytes);
+
+template <class T>
+void topk_gating(const T* logits, std::int64_t num_tokens, std::int32_t num_experts, const moe_gate_t& gate,
+                 std::int32_t* topk_ids, float* topk_weights) {
+  topk_gating(static_cast<const void*>(logits), dtype_of<T>::value, num_tokens, num_experts, gate, topk_ids,
+              topk_weights);
+}
+
 template <class IdT>
 void align_block_size(const IdT* topk_ids, std::int64_t numel, std::int32_t num_experts, std::int32_t block_size,
                       std::int32_t* sorted_token_ids, std::int32_t* expert_ids, std::int32_t* num_tokens_post_pad,
@@ -81,6 +100,11 @@ float half_to_float(half_t h) noexcept;
 float bfloat16_to_float(bfloat16_t b) noexcept;
 half_t float_to_half(float f) noexcept;          // round to nearest even; NaN -> 0x7E00
 bfloat16_t float_to_bfloat16(float f) noexcept;  // round to nearest even; NaN -> 0x7FC0
+
+// The library's fp32 exp and sigmoid, as moe_topk_gating computes them on every backend (routing.h: their
+// operations and measured error bound).
+float exp_f32(float x) noexcept;
+float sigmoid_f32(float x) noexcept;
 
 }  // namespace reference
 }  // namespace moe

@@ -97,6 +97,16 @@ void permute(const void* hidden, moe_dtype_t dtype, std::int64_t num_tokens, std
 void combine(const void* rows, moe_dtype_t dtype, moe_rows_layout_t layout, std::int64_t num_tokens,
              std::int32_t topk, std::int64_t hidden, const std::int32_t* token_positions, const float* topk_weights,
              float scale, void* output, void* stream = nullptr);
+void topk_gating(const void* logits, moe_dtype_t dtype, std::int64_t num_tokens, std::int32_t num_experts,
+                 const moe_gate_t& gate, std::int32_t* topk_ids, float* topk_weights, void* stream = nullptr);
+// moe_route (routing.h): gating then align_ep, one workspace. expert_map, token_positions may be NULL.
+std::size_t route_workspace_size(std::int64_t num_tokens, std::int32_t num_experts, const moe_gate_t& gate,
+                                 std::int32_t num_local_experts, std::int32_t block_size);
+void route(const void* logits, moe_dtype_t dtype, std::int64_t num_tokens, std::int32_t num_experts,
+           const moe_gate_t& gate, const std::int32_t* expert_map, std::int32_t num_local_experts,
+           std::int32_t block_size, std::int32_t* topk_ids, float* topk_weights, std::int32_t* sorted_token_ids,
+           std::int32_t* expert_ids, std::int32_t* num_tokens_post_pad, std::int32_t* token_positions,
+           void* workspace, std::size_t workspace_bytes, void* stream = nullptr);
 
 // Expert parallelism (routing.h, moe_align_block_size_ep): expert_map, expert_counts and token_positions may be
 // NULL.
@@ -150,6 +160,21 @@ void permute(const T* hidden, std::int64_t num_tokens, std::int64_t hidden_size,
           num_tokens_post_pad, max_rows, static_cast<void*>(permuted), stream);
 }
 
+// A gate with the given top-k and score and no grouping, bias, renormalisation or scaling; set the other fields
+// as the model needs (e.g. DeepSeek-V3: g.num_groups = 8, g.topk_groups = 4, g.correction_bias = bias,
+// g.renormalize = 1, g.routed_scaling_factor = 2.5f).
+inline moe_gate_t make_gate(std::int32_t topk, moe_score_t score) {
+  moe_gate_t g{};
+  g.topk = topk;
+  g.score = score;
+  g.num_groups = 1;
+  g.topk_groups = 1;
+  g.correction_bias = nullptr;
+  g.renormalize = 0;
+  g.routed_scaling_factor = 1.0f;
+  return g;
+}
+
 // T: float, half_t, bfloat16_t.
 template <class T>
 void combine(const T* rows, moe_rows_layout_t layout, std::int64_t num_tokens, std::int32_t topk, std::int64_t hidden,
@@ -157,6 +182,14 @@ void combine(const T* rows, moe_rows_layout_t layout, std::int64_t num_tokens, s
              void* stream = nullptr) {
   combine(static_cast<const void*>(rows), dtype_of<T>::value, layout, num_tokens, topk, hidden, token_positions,
           topk_weights, scale, static_cast<void*>(output), stream);
+}
+
+template <class T>
+void topk_gating(const T* logits, std::int64_t num_tokens, std::int32_t num_experts, const moe_gate_t& gate,
+                 std::int32_t* topk_ids, float* topk_weights, void* stream = nullptr) {
+  static_assert(!std::is_integral<T>::value, "logits must be float, half_t or bfloat16_t");
+  topk_gating(static_cast<const void*>(logits), dtype_of<T>::value, num_tokens, num_experts, gate, topk_ids,
+              topk_weights, stream);
 }
 
 // Owning buffer in the backend's memory space (move-only). Handy for applications and tests.
