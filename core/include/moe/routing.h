@@ -285,6 +285,8 @@ typedef enum { MOE_ROWS_FLAT = 0, MOE_ROWS_PERMUTED = 1 } moe_rows_layout_t;
 moe_status_t moe_combine(const void* rows, moe_dtype_t dtype, moe_rows_layout_t layout, int64_t num_tokens,
                          int32_t topk, int64_t hidden, const int32_t* token_positions, const float* topk_weights,
                          float scale, void* output, void* stream);
+
+/* ---------------------------------------------------------------------------------------------------------
  * moe_topk_gating: from a router's logits to each token's top-k experts and their weights, for every common
  * router (Mixtral/Qwen softmax, DeepSeek-V3/R1 and Kimi K2 grouped sigmoid with a correction bias, Llama-4
  * sigmoid, GPT-OSS softmax over the chosen logits), with one result on every backend.
