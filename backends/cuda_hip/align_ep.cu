@@ -16,6 +16,7 @@
 
 #include "backend.hpp"
 #include "dispatch.hpp"
+#include "device_caps.hpp"
 #include "gpu_runtime.hpp"
 
 namespace moe {

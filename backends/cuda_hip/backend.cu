@@ -1,4 +1,5 @@
 // The CUDA/HIP backend's memory helpers and availability check. Written once; gpu_runtime.hpp picks CUDA or HIP.
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
@@ -26,6 +27,18 @@ DeviceCaps query_device_caps() {
   c.clusters = kHasClusters && major >= 9;
   c.dependent_launch = dependent_launch_allowed() && major >= 9;
   return c;
+}
+
+int device_sm_count() {
+  constexpr int kDevices = 64;
+  static std::atomic<int> cached[kDevices] = {};
+  int dev = 0;
+  const bool known = current_device(&dev) == kSuccess && dev >= 0 && dev < kDevices;
+  (void)get_last_error();
+  if (known && cached[dev].load(std::memory_order_relaxed) > 0) return cached[dev].load(std::memory_order_relaxed);
+  const int n = query_device_caps().sm_count;
+  if (known) cached[dev].store(n, std::memory_order_relaxed);
+  return n;
 }
 
 bool dependent_launch_allowed() {

@@ -34,6 +34,9 @@ struct Residency {
 // The current device's capabilities (throws MOE_ERROR_BACKEND where they cannot be asked: no device).
 DeviceCaps query_device_caps();
 
+// The current device's multiprocessor count, cached per device (for the launch geometry of the simple kernels).
+int device_sm_count();
+
 // caps within a thread's limits (paths.hpp, ScopedForcedCaps): never more than the device has.
 inline DeviceCaps within(DeviceCaps caps, const detail::CapsLimits& limits) {
   caps.clusters = caps.clusters && limits.clusters;

@@ -8,6 +8,7 @@
 #include <algorithm>
 
 #include "backend.hpp"
+#include "device_caps.hpp"
 #include "gpu_runtime.hpp"
 
 namespace moe {

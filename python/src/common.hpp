@@ -9,9 +9,6 @@
 #include <string>
 
 #include "moe/routing.h"
-#ifdef MOE_PY_FUTURE_STUB
-#include "routing_future.h"  // development builds only: python/tests/future_api
-#endif
 
 namespace moe_py {
 

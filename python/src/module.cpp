@@ -324,9 +324,6 @@ void register_core(nb::module_& m) {
   dt["float8_e5m2"] = static_cast<int>(MOE_FLOAT8_E5M2);
 #endif
   m.attr("DTYPES") = dt;
-#ifdef MOE_PY_FUTURE_STUB
-  m.attr("FUTURE_STUB") = true;  // python/tests/future_api: development builds only
-#endif
 #if defined(MOE_BACKEND_CUDA)
   m.attr("MEMORY") = "cuda";
 #elif defined(MOE_BACKEND_HIP)
