@@ -704,7 +704,7 @@ TEST_CASE("gating errors: every argument named") {
                                      reinterpret_cast<float*>(ids.data() + 4), nullptr),
                      MOE_ERROR_INVALID_ARGUMENT, "overlaps");
   CHECK_GATING_ERROR(moe_topk_gating(logits.data(), MOE_FLOAT32, 4, 16, &g, ids.data(), logits.data() + 8, nullptr),
-                     MOE_ERROR_INVALID_ARGUMENT, "topk_weights overlaps logits");
+                     MOE_ERROR_INVALID_ARGUMENT, "overlaps logits");
   x = g;
   x.correction_bias = w.data();
   CHECK_GATING_ERROR(call(&x), MOE_ERROR_INVALID_ARGUMENT, "correction_bias");

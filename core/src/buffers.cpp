@@ -33,6 +33,19 @@ std::string describe(const Range& r) {
   return std::string(r.ref->name) + text;
 }
 
+std::vector<Range> non_empty(std::initializer_list<BufferRef> buffers) {
+  std::vector<Range> ranges;
+  ranges.reserve(buffers.size());
+  for (const BufferRef& b : buffers)
+    if (b.ptr != nullptr && b.bytes > 0) ranges.push_back(range_of(b));
+  return ranges;
+}
+
+void check_pair(const Range& a, const Range& b) {
+  if (a.begin < b.end && b.begin < a.end)
+    throw_invalid(describe(a) + " overlaps " + describe(b) + ": the buffers of one call must not overlap");
+}
+
 }  // namespace
 
 std::size_t span_bytes(std::int64_t count, std::size_t elem_bytes) noexcept {
@@ -44,17 +57,17 @@ std::size_t span_bytes(std::int64_t count, std::size_t elem_bytes) noexcept {
 }
 
 void check_disjoint(std::initializer_list<BufferRef> buffers) {
-  std::vector<Range> ranges;
-  ranges.reserve(buffers.size());
-  for (const BufferRef& b : buffers)
-    if (b.ptr != nullptr && b.bytes > 0) ranges.push_back(range_of(b));
+  const std::vector<Range> ranges = non_empty(buffers);
   for (std::size_t i = 0; i < ranges.size(); ++i)
-    for (std::size_t j = i + 1; j < ranges.size(); ++j) {
-      const Range& a = ranges[i];
-      const Range& b = ranges[j];
-      if (a.begin < b.end && b.begin < a.end)
-        throw_invalid(describe(a) + " overlaps " + describe(b) + ": the buffers of one call must not overlap");
-    }
+    for (std::size_t j = i + 1; j < ranges.size(); ++j) check_pair(ranges[i], ranges[j]);
+}
+
+void check_outputs_apart(std::initializer_list<BufferRef> outputs, std::initializer_list<BufferRef> inputs) {
+  const std::vector<Range> outs = non_empty(outputs), ins = non_empty(inputs);
+  for (std::size_t i = 0; i < outs.size(); ++i) {
+    for (std::size_t j = 0; j < i; ++j) check_pair(outs[i], outs[j]);
+    for (const Range& in : ins) check_pair(outs[i], in);
+  }
 }
 
 void check_workspace_alignment(const void* workspace, const char* op, std::size_t alignment) {

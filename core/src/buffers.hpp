@@ -4,6 +4,7 @@
 // the arguments at fault.
 //
 //   check_disjoint({{topk_ids, ids_bytes, "topk_ids"}, {sorted, sorted_bytes, "sorted_token_ids"}, ...});
+//   check_outputs_apart({{permuted, out_bytes, "permuted"}}, {{hidden, in_bytes, "hidden"}, ...});
 //   check_workspace_alignment(workspace, "moe_align_block_size");
 #pragma once
 
@@ -34,6 +35,11 @@ std::size_t span_bytes(std::int64_t count, std::size_t elem_bytes) noexcept;
 // (the lists are short: at most a handful of buffers per call). A range that would pass the end of the address
 // space is taken to reach it.
 void check_disjoint(std::initializer_list<BufferRef> buffers);
+
+// The rule of the operations whose inputs may alias each other (they are only read): throws if an output (or
+// the workspace, listed with the outputs) shares a byte with another output or with any input; "<output> [...]
+// overlaps <b> [...]".
+void check_outputs_apart(std::initializer_list<BufferRef> outputs, std::initializer_list<BufferRef> inputs);
 
 // Throws if `workspace` is not NULL and not a multiple of `alignment` (MOE_WORKSPACE_ALIGNMENT for every
 // backend operation; the host reference needs only alignof(int32_t)). `op` names the call in the text. NULL

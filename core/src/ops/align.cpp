@@ -11,6 +11,7 @@
 #include "dispatch.hpp"
 #include "moe/reference.hpp"
 #include "moe/routing.h"
+#include "ops/reference_grouping.hpp"
 #include "paths.hpp"
 
 namespace moe {
@@ -61,35 +62,14 @@ namespace {
 
 template <class IdT>
 void reference_align_typed(const AlignShape& s, const IdT* ids, const AlignArgs& a) {
-  const std::int64_t n = s.numel;
-  const std::int32_t E = s.num_experts, bs = s.block_size;
-  std::int32_t* cursor = static_cast<std::int32_t*>(a.workspace);  // count, then next write position
-  auto expert_of = [&](std::int64_t i) -> std::int64_t {           // -1 for a dropped id
+  const std::int32_t E = s.num_experts;
+  auto expert_of = [&](std::int64_t i) -> std::int64_t {  // -1 for a dropped id
     const auto v = static_cast<std::int64_t>(ids[i]);
     return (v >= 0 && v < E) ? v : -1;
   };
-
-  std::fill(cursor, cursor + E, 0);
-  for (std::int64_t i = 0; i < n; ++i) {
-    const std::int64_t e = expert_of(i);
-    if (e >= 0) ++cursor[e];
-  }
-
-  std::fill(a.sorted_token_ids, a.sorted_token_ids + s.max_padded, static_cast<std::int32_t>(n));
-  std::fill(a.expert_ids, a.expert_ids + s.max_blocks, -1);
-  std::int64_t pos = 0;
-  for (std::int32_t e = 0; e < E; ++e) {
-    const std::int64_t count = cursor[e];
-    const std::int64_t blocks = (count + bs - 1) / bs;
-    std::fill(a.expert_ids + pos / bs, a.expert_ids + pos / bs + blocks, e);
-    cursor[e] = static_cast<std::int32_t>(pos);
-    pos += blocks * bs;
-  }
-  for (std::int64_t i = 0; i < n; ++i) {
-    const std::int64_t e = expert_of(i);
-    if (e >= 0) a.sorted_token_ids[cursor[e]++] = static_cast<std::int32_t>(i);
-  }
-  *a.num_tokens_post_pad = static_cast<std::int32_t>(pos);
+  reference_group_and_pad(s.numel, E, s.block_size, s.max_padded, s.max_blocks, expert_of,
+                          static_cast<std::int32_t*>(a.workspace),
+                          {a.sorted_token_ids, a.expert_ids, a.num_tokens_post_pad, nullptr, nullptr});
 }
 
 }  // namespace

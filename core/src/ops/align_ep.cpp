@@ -6,10 +6,12 @@
 #include <string>
 
 #include "backend.hpp"
+#include "buffers.hpp"
 #include "c_boundary.hpp"
 #include "dispatch.hpp"
 #include "moe/reference.hpp"
 #include "moe/routing.h"
+#include "ops/reference_grouping.hpp"
 
 namespace moe {
 namespace detail {
@@ -31,28 +33,6 @@ AlignShape local_align_shape(const AlignEpShape& s) {
 }
 
 namespace {
-
-struct Extent {
-  const void* ptr;
-  std::size_t bytes;
-  const char* name;
-};
-
-// TODO(merge): the reliability branch adds check_disjoint({{ptr, bytes, "name"}, ...}) in core/src/buffers.hpp;
-// switch to it. Outputs (and the workspace) must overlap nothing; inputs may overlap each other.
-void check_disjoint(std::initializer_list<Extent> outputs, std::initializer_list<Extent> inputs) {
-  const auto overlap = [](const Extent& a, const Extent& b) {
-    if (a.ptr == nullptr || b.ptr == nullptr || a.bytes == 0 || b.bytes == 0) return false;
-    const auto a0 = reinterpret_cast<std::uintptr_t>(a.ptr), b0 = reinterpret_cast<std::uintptr_t>(b.ptr);
-    return a0 < b0 + b.bytes && b0 < a0 + a.bytes;
-  };
-  for (auto o = outputs.begin(); o != outputs.end(); ++o) {
-    for (auto p = outputs.begin(); p != o; ++p)
-      if (overlap(*o, *p)) throw_invalid(std::string(o->name) + " overlaps " + p->name);
-    for (const Extent& i : inputs)
-      if (overlap(*o, i)) throw_invalid(std::string(o->name) + " overlaps " + i.name);
-  }
-}
 
 std::size_t int32s(std::int64_t n) { return static_cast<std::size_t>(n) * sizeof(std::int32_t); }
 
@@ -77,13 +57,13 @@ void check_align_ep_args(const AlignEpShape& s, const AlignEpArgs& a, std::size_
     throw_invalid("workspace is NULL but this shape needs " + str(static_cast<std::int64_t>(required_workspace)) +
                   " bytes");
   const std::size_t id_bytes = static_cast<std::size_t>(s.numel) * dtype_size(a.id_type);
-  check_disjoint({{a.sorted_token_ids, int32s(s.max_padded), "sorted_token_ids"},
-                  {a.expert_ids, int32s(s.max_blocks), "expert_ids"},
-                  {a.num_tokens_post_pad, sizeof(std::int32_t), "num_tokens_post_pad"},
-                  {a.expert_counts, int32s(s.num_local_experts), "expert_counts"},
-                  {a.token_positions, int32s(s.numel), "token_positions"},
-                  {a.workspace, required_workspace, "workspace"}},
-                 {{a.topk_ids, id_bytes, "topk_ids"}, {a.expert_map, int32s(s.num_experts), "expert_map"}});
+  check_outputs_apart({{a.sorted_token_ids, int32s(s.max_padded), "sorted_token_ids"},
+                       {a.expert_ids, int32s(s.max_blocks), "expert_ids"},
+                       {a.num_tokens_post_pad, sizeof(std::int32_t), "num_tokens_post_pad"},
+                       {a.expert_counts, int32s(s.num_local_experts), "expert_counts"},
+                       {a.token_positions, int32s(s.numel), "token_positions"},
+                       {a.workspace, required_workspace, "workspace"}},
+                      {{a.topk_ids, id_bytes, "topk_ids"}, {a.expert_map, int32s(s.num_experts), "expert_map"}});
 }
 
 // ---- the reference: a counting sort by local index, serial, in the most obvious order ------------------------
@@ -91,40 +71,17 @@ namespace {
 
 template <class IdT>
 void reference_align_ep_typed(const AlignEpShape& s, const IdT* ids, const AlignEpArgs& a) {
-  const std::int64_t n = s.numel;
-  const std::int32_t E = s.num_experts, L = s.num_local_experts, bs = s.block_size;
-  std::int32_t* cursor = static_cast<std::int32_t*>(a.workspace);  // count, then next write position
-  auto local_of = [&](std::int64_t i) -> std::int64_t {             // -1 for a dropped id
+  const std::int32_t E = s.num_experts, L = s.num_local_experts;
+  auto local_of = [&](std::int64_t i) -> std::int64_t {  // -1 for a dropped id
     const auto v = static_cast<std::int64_t>(ids[i]);
     if (v < 0 || v >= E) return -1;
     const std::int64_t l = a.expert_map != nullptr ? a.expert_map[v] : v;
     return (l >= 0 && l < L) ? l : -1;
   };
-
-  std::fill(cursor, cursor + L, 0);
-  for (std::int64_t i = 0; i < n; ++i) {
-    const std::int64_t l = local_of(i);
-    if (l >= 0) ++cursor[l];
-  }
-  if (a.expert_counts != nullptr) std::copy(cursor, cursor + L, a.expert_counts);
-
-  std::fill(a.sorted_token_ids, a.sorted_token_ids + s.max_padded, static_cast<std::int32_t>(n));
-  std::fill(a.expert_ids, a.expert_ids + s.max_blocks, -1);
-  std::int64_t pos = 0;
-  for (std::int32_t l = 0; l < L; ++l) {
-    const std::int64_t count = cursor[l];
-    const std::int64_t blocks = (count + bs - 1) / bs;
-    std::fill(a.expert_ids + pos / bs, a.expert_ids + pos / bs + blocks, l);
-    cursor[l] = static_cast<std::int32_t>(pos);
-    pos += blocks * bs;
-  }
-  for (std::int64_t i = 0; i < n; ++i) {
-    const std::int64_t l = local_of(i);
-    const std::int32_t p = l >= 0 ? cursor[l]++ : -1;
-    if (p >= 0) a.sorted_token_ids[p] = static_cast<std::int32_t>(i);
-    if (a.token_positions != nullptr) a.token_positions[i] = p;
-  }
-  *a.num_tokens_post_pad = static_cast<std::int32_t>(pos);
+  reference_group_and_pad(s.numel, L, s.block_size, s.max_padded, s.max_blocks, local_of,
+                          static_cast<std::int32_t*>(a.workspace),
+                          {a.sorted_token_ids, a.expert_ids, a.num_tokens_post_pad, a.expert_counts,
+                           a.token_positions});
 }
 
 }  // namespace

@@ -4,11 +4,11 @@
 #include <limits>
 
 #include "backend.hpp"
+#include "buffers.hpp"
 #include "c_boundary.hpp"
 #include "dispatch.hpp"
 #include "moe/reference.hpp"
 #include "moe/routing.h"
-#include "ops/overlap.hpp"
 
 namespace moe {
 namespace detail {
@@ -38,14 +38,14 @@ void check_combine_args(const CombineShape& s, const CombineArgs& a) {
     throw_invalid("token_positions is NULL with layout MOE_ROWS_PERMUTED (it gives each slot's row)");
   if (a.rows == nullptr) throw_invalid("rows is NULL while num_tokens * hidden > 0");
   if (a.output == nullptr) throw_invalid("output is NULL while num_tokens * hidden > 0");
-  const auto esize = static_cast<std::int64_t>(dtype_size(a.dtype));
-  const Extent out{a.output, s.num_tokens * s.hidden * esize, "output"};
+  const std::size_t esize = dtype_size(a.dtype);
   // rows: FLAT has num_tokens * topk rows; the PERMUTED buffer's length is the caller's (up to the align
   // capacity, possibly fewer rows than slots when ids were dropped): only its first row is known to exist
   const std::int64_t known_rows = a.layout == MOE_ROWS_FLAT ? s.numel() : 1;
-  check_disjoint(out, {a.rows, known_rows * s.hidden * esize, "rows"});
-  check_disjoint(out, {a.token_positions, s.numel() * 4, "token_positions"});
-  check_disjoint(out, {a.topk_weights, s.numel() * 4, "topk_weights"});
+  check_outputs_apart({{a.output, span_bytes(s.num_tokens * s.hidden, esize), "output"}},
+                      {{a.rows, span_bytes(known_rows * s.hidden, esize), "rows"},
+                       {a.token_positions, span_bytes(s.numel(), 4), "token_positions"},
+                       {a.topk_weights, span_bytes(s.numel(), 4), "topk_weights"}});
 }
 
 // ---- the reference: per output element, the present slots in k order -----------------------------------------

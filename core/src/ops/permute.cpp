@@ -5,10 +5,10 @@
 #include <limits>
 
 #include "backend.hpp"
+#include "buffers.hpp"
 #include "c_boundary.hpp"
 #include "moe/reference.hpp"
 #include "moe/routing.h"
-#include "ops/overlap.hpp"
 
 namespace moe {
 namespace detail {
@@ -43,10 +43,11 @@ void check_permute_args(const PermuteShape& s, const PermuteArgs& a) {
   if (a.sorted_token_ids == nullptr) throw_invalid("sorted_token_ids is NULL while max_rows * hidden_size > 0");
   if (a.num_tokens_post_pad == nullptr) throw_invalid("num_tokens_post_pad is NULL while max_rows * hidden_size > 0");
   if (a.permuted == nullptr) throw_invalid("permuted is NULL while max_rows * hidden_size > 0");
-  const Extent out{a.permuted, s.max_rows * s.row_bytes, "permuted"};
-  check_disjoint(out, {a.hidden, s.num_tokens * s.row_bytes, "hidden"});
-  check_disjoint(out, {a.sorted_token_ids, s.numel() * 4, "sorted_token_ids"});
-  check_disjoint(out, {a.num_tokens_post_pad, 4, "num_tokens_post_pad"});
+  const auto row_bytes = static_cast<std::size_t>(s.row_bytes);
+  check_outputs_apart({{a.permuted, span_bytes(s.max_rows, row_bytes), "permuted"}},
+                      {{a.hidden, span_bytes(s.num_tokens, row_bytes), "hidden"},
+                       {a.sorted_token_ids, span_bytes(s.numel(), 4), "sorted_token_ids"},
+                       {a.num_tokens_post_pad, 4, "num_tokens_post_pad"}});
 }
 
 // ---- the reference: one memcpy (or memset) per row ------------------------------------------------------------

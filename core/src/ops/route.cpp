@@ -5,6 +5,7 @@
 #include <string>
 
 #include "backend.hpp"
+#include "buffers.hpp"
 #include "c_boundary.hpp"
 #include "moe/reference.hpp"
 #include "moe/routing.h"
@@ -13,24 +14,8 @@ namespace moe {
 namespace detail {
 
 namespace {
-constexpr std::size_t kWorkspaceAlign = 256;
-std::size_t round_up(std::size_t n) { return (n + kWorkspaceAlign - 1) / kWorkspaceAlign * kWorkspaceAlign; }
-
-struct Extent {
-  const void* ptr;
-  std::size_t bytes;
-  const char* name;
-};
-// The overlaps neither part's own checks sees: gating's inputs and weights against align's outputs and workspace.
-// TODO(buffers.hpp): the lead switches this to check_disjoint there.
-void check_apart(std::initializer_list<Extent> a, std::initializer_list<Extent> b) {
-  for (const Extent& x : a)
-    for (const Extent& y : b) {
-      if (x.ptr == nullptr || y.ptr == nullptr || x.bytes == 0 || y.bytes == 0) continue;
-      const auto x0 = reinterpret_cast<std::uintptr_t>(x.ptr), y0 = reinterpret_cast<std::uintptr_t>(y.ptr);
-      if (x0 < y0 + y.bytes && y0 < x0 + x.bytes) throw_invalid(std::string(y.name) + " overlaps " + x.name);
-    }
-}
+// The align part of the workspace starts on the alignment every backend operation asks of its workspace.
+std::size_t round_up(std::size_t n) { return (n + kWorkspaceAlignment - 1) / kWorkspaceAlignment * kWorkspaceAlignment; }
 
 struct RouteCall {
   RouteShape shape;
@@ -65,16 +50,18 @@ RouteCall make_call(const void* logits, moe_dtype_t dtype, std::int64_t num_toke
   const std::size_t n = static_cast<std::size_t>(s.numel) * 4u;
   const std::size_t in_bytes = static_cast<std::size_t>(num_tokens) * static_cast<std::size_t>(num_experts) *
                                (is_value_type(dtype) ? dtype_size(dtype) : 0u);
-  check_apart({{logits, in_bytes, "logits"},
-               {gate->correction_bias, static_cast<std::size_t>(num_experts) * 4u, "gate->correction_bias"},
-               {topk_weights, n, "topk_weights"}},
-              {{sorted_token_ids, static_cast<std::size_t>(s.max_padded) * 4u, "sorted_token_ids"},
-               {expert_ids, static_cast<std::size_t>(s.max_blocks) * 4u, "expert_ids"},
-               {num_tokens_post_pad, 4u, "num_tokens_post_pad"},
-               {token_positions, n, "token_positions"},
-               {workspace, workspace_bytes, "workspace"}});
-  check_apart({{expert_map, static_cast<std::size_t>(num_experts) * 4u, "expert_map"}},
-              {{topk_weights, n, "topk_weights"}});
+  // The overlaps neither part's own checks sees: align's outputs and the whole workspace against gating's
+  // inputs and weights (the ids are align's input, written by gating: they are checked by gating against these).
+  check_outputs_apart({{sorted_token_ids, static_cast<std::size_t>(s.max_padded) * 4u, "sorted_token_ids"},
+                       {expert_ids, static_cast<std::size_t>(s.max_blocks) * 4u, "expert_ids"},
+                       {num_tokens_post_pad, 4u, "num_tokens_post_pad"},
+                       {token_positions, n, "token_positions"},
+                       {workspace, workspace_bytes, "workspace"}},
+                      {{logits, in_bytes, "logits"},
+                       {gate->correction_bias, static_cast<std::size_t>(num_experts) * 4u, "gate->correction_bias"},
+                       {topk_weights, n, "topk_weights"}});
+  check_outputs_apart({{topk_weights, n, "topk_weights"}},
+                      {{expert_map, static_cast<std::size_t>(num_experts) * 4u, "expert_map"}});
   return c;
 }
 }  // namespace

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend.hpp"
+#include "buffers.hpp"
 #include "c_boundary.hpp"
 #include "dispatch.hpp"
 #include "gating_rules.hpp"
@@ -70,26 +71,6 @@ TopkGatingShape make_topk_gating_shape(std::int64_t num_tokens, std::int32_t num
   return s;
 }
 
-namespace {
-// Buffers of one call that must not overlap. TODO(buffers.hpp): the lead switches this to check_disjoint there.
-struct Span {
-  const void* ptr;
-  std::size_t bytes;
-  const char* name;
-};
-void check_no_overlap(const Span* spans, int n, int first_output) {
-  for (int i = first_output; i < n; ++i)
-    for (int j = 0; j < n; ++j) {
-      if (j == i || (j > i && j >= first_output) || spans[i].bytes == 0 || spans[j].bytes == 0 ||
-          spans[j].ptr == nullptr)
-        continue;
-      const auto a0 = reinterpret_cast<std::uintptr_t>(spans[i].ptr), a1 = a0 + spans[i].bytes;
-      const auto b0 = reinterpret_cast<std::uintptr_t>(spans[j].ptr), b1 = b0 + spans[j].bytes;
-      if (a0 < b1 && b0 < a1) throw_invalid(std::string(spans[i].name) + " overlaps " + spans[j].name);
-    }
-}
-}  // namespace
-
 void check_topk_gating_args(const TopkGatingShape& s, const TopkGatingArgs& a) {
   check_dtype(a.dtype, is_value_type(a.dtype), "dtype", "MOE_FLOAT32, MOE_FLOAT16 or MOE_BFLOAT16");
   if (s.num_tokens == 0) return;
@@ -97,13 +78,9 @@ void check_topk_gating_args(const TopkGatingShape& s, const TopkGatingArgs& a) {
   if (a.topk_ids == nullptr) throw_invalid("topk_ids is NULL while num_tokens = " + str(s.num_tokens));
   if (a.topk_weights == nullptr) throw_invalid("topk_weights is NULL while num_tokens = " + str(s.num_tokens));
   const auto out = static_cast<std::size_t>(s.num_tokens) * static_cast<std::size_t>(s.topk) * 4u;
-  const Span spans[] = {
-      {a.logits, static_cast<std::size_t>(s.num_tokens) * static_cast<std::size_t>(s.num_experts) * dtype_size(a.dtype),
-       "logits"},
-      {a.correction_bias, static_cast<std::size_t>(s.num_experts) * 4u, "gate->correction_bias"},
-      {a.topk_ids, out, "topk_ids"},
-      {a.topk_weights, out, "topk_weights"}};
-  check_no_overlap(spans, 4, 2);
+  check_outputs_apart({{a.topk_ids, out, "topk_ids"}, {a.topk_weights, out, "topk_weights"}},
+                      {{a.logits, span_bytes(s.num_tokens * s.num_experts, dtype_size(a.dtype)), "logits"},
+                       {a.correction_bias, span_bytes(s.num_experts, 4), "gate->correction_bias"}});
 }
 
 // ---- the reference: per token, the steps of routing.h in their order, the rankings by sorting ---------------------
@@ -132,7 +109,7 @@ void reference_gating_typed(const TopkGatingShape& s, const TopkGatingArgs& a) {
       std::uint32_t mk = 0;
       for (std::int32_t e = 0; e < E; ++e) mk = std::max(mk, gating::score_key(l[e]));
       m = gating::softmax_max(mk);
-      for (std::int32_t e = 0; e < E; ++e) sum = numeric::fadd(sum, gating::softmax_term(l[e], m));
+      for (std::int32_t e = 0; e < E; ++e) sum = numeric::add_f32(sum, gating::softmax_term(l[e], m));
     }
     for (std::int32_t e = 0; e < E; ++e) sc[e] = gating::score_of(s.score, l[e], m, sum);
     // 2. selection scores, 3. the choice
@@ -160,17 +137,17 @@ void reference_gating_typed(const TopkGatingShape& s, const TopkGatingArgs& a) {
       for (std::int32_t r = 0; r < K; ++r) mk = std::max(mk, gating::score_key(v[r]));
       const float mt = gating::softmax_max(mk);
       float st = 0.0f;
-      for (std::int32_t r = 0; r < K; ++r) st = numeric::fadd(st, gating::softmax_term(v[r], mt));
-      for (std::int32_t r = 0; r < K; ++r) v[r] = numeric::fdiv(gating::softmax_term(v[r], mt), st);
+      for (std::int32_t r = 0; r < K; ++r) st = numeric::add_f32(st, gating::softmax_term(v[r], mt));
+      for (std::int32_t r = 0; r < K; ++r) v[r] = numeric::div_f32(gating::softmax_term(v[r], mt), st);
     }
     if (s.renormalize) {
       float total = 0.0f;
-      for (std::int32_t r = 0; r < K; ++r) total = numeric::fadd(total, v[r]);
-      for (std::int32_t r = 0; r < K; ++r) v[r] = numeric::fdiv(v[r], total);
+      for (std::int32_t r = 0; r < K; ++r) total = numeric::add_f32(total, v[r]);
+      for (std::int32_t r = 0; r < K; ++r) v[r] = numeric::div_f32(v[r], total);
     }
     for (std::int32_t r = 0; r < K; ++r) {
       a.topk_ids[t * K + r] = order[r];
-      const float w = numeric::fmul(v[r], s.routed_scaling_factor);
+      const float w = numeric::mul_f32(v[r], s.routed_scaling_factor);
       const std::uint32_t bits = numeric::f32_out_bits(w);
       std::memcpy(&a.topk_weights[t * K + r], &bits, 4);
     }
