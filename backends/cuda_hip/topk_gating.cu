@@ -101,7 +101,7 @@ MOE_DEVICE float ordered_sum(const float (&a)[V], int base, int n) {
 #pragma unroll
     for (int j = 0; j < V; ++j) {
       const float v = W == 1 ? a[j] : gpu::shfl(a[j], base + q);
-      if (q * V + j < n) acc = numeric::fadd(acc, v);
+      if (q * V + j < n) acc = numeric::add_f32(acc, v);
     }
   }
   return acc;
@@ -159,7 +159,7 @@ __global__ void __launch_bounds__(kSubwarpThreads)
       for (int j = 0; j < V; ++j) val[j] = gating::softmax_term(x[j], m);
       const float sum = ordered_sum<W, V>(val, base, E);
 #pragma unroll
-      for (int j = 0; j < V; ++j) val[j] = numeric::fdiv(val[j], sum);
+      for (int j = 0; j < V; ++j) val[j] = numeric::div_f32(val[j], sum);
     } else if (p.score == MOE_SCORE_SIGMOID) {
 #pragma unroll
       for (int j = 0; j < V; ++j) val[j] = numeric::sigmoid_f32(x[j]);
@@ -250,9 +250,9 @@ __global__ void __launch_bounds__(kSubwarpThreads)
       for (int q = 0; q < kSlots; ++q)
 #pragma unroll
         for (int pp = 0; pp < W; ++pp)
-          if (q * W + pp < K) sum = numeric::fadd(sum, W == 1 ? u[q] : gpu::shfl(u[q], base + pp));
+          if (q * W + pp < K) sum = numeric::add_f32(sum, W == 1 ? u[q] : gpu::shfl(u[q], base + pp));
 #pragma unroll
-      for (int q = 0; q < kSlots; ++q) u[q] = numeric::fdiv(u[q], sum);
+      for (int q = 0; q < kSlots; ++q) u[q] = numeric::div_f32(u[q], sum);
     } else {
 #pragma unroll
       for (int q = 0; q < kSlots; ++q) u[q] = my_v[q];
@@ -263,16 +263,16 @@ __global__ void __launch_bounds__(kSubwarpThreads)
       for (int q = 0; q < kSlots; ++q)
 #pragma unroll
         for (int pp = 0; pp < W; ++pp)
-          if (q * W + pp < K) sum = numeric::fadd(sum, W == 1 ? u[q] : gpu::shfl(u[q], base + pp));
+          if (q * W + pp < K) sum = numeric::add_f32(sum, W == 1 ? u[q] : gpu::shfl(u[q], base + pp));
 #pragma unroll
-      for (int q = 0; q < kSlots; ++q) u[q] = numeric::fdiv(u[q], sum);
+      for (int q = 0; q < kSlots; ++q) u[q] = numeric::div_f32(u[q], sum);
     }
 #pragma unroll
     for (int q = 0; q < kSlots; ++q) {
       const int r = q * W + sl;
       if (active && r < K) {
         p.ids[t * K + r] = my_id[q];
-        p.weights[t * K + r] = numeric::f32_out_bits(numeric::fmul(u[q], p.scale));
+        p.weights[t * K + r] = numeric::f32_out_bits(numeric::mul_f32(u[q], p.scale));
       }
     }
   }
@@ -344,7 +344,7 @@ MOE_DEVICE float block_serial_sum(const std::uint32_t* v, int n, BlockShared& sh
   __syncthreads();
   if (threadIdx.x == 0) {
     float acc = 0.0f;
-    for (int i = 0; i < n; ++i) acc = numeric::fadd(acc, numeric::f32_from_bits(v[i]));
+    for (int i = 0; i < n; ++i) acc = numeric::add_f32(acc, numeric::f32_from_bits(v[i]));
     sh.sum = acc;
   }
   __syncthreads();
@@ -375,7 +375,7 @@ __global__ void __launch_bounds__(kBlockThreads)
         for (int i = tid; i < n; i += kBlockThreads) sh.chunk[i] = gating::softmax_term(Traits::load(row[c0 + i]), m);
         __syncthreads();
         if (tid == 0)
-          for (int i = 0; i < n; ++i) sum = numeric::fadd(sum, sh.chunk[i]);
+          for (int i = 0; i < n; ++i) sum = numeric::add_f32(sum, sh.chunk[i]);
         __syncthreads();
       }
       if (tid == 0) sh.sum = sum;
@@ -468,16 +468,16 @@ __global__ void __launch_bounds__(kBlockThreads)
         wts[r] = numeric::f32_bits(gating::softmax_term(numeric::f32_from_bits(wts[r]), mt));
       const float st = block_serial_sum(wts, K, sh);
       for (int r = tid; r < K; r += kBlockThreads)
-        wts[r] = numeric::f32_bits(numeric::fdiv(numeric::f32_from_bits(wts[r]), st));
+        wts[r] = numeric::f32_bits(numeric::div_f32(numeric::f32_from_bits(wts[r]), st));
     }
     if (p.renormalize) {
       const float total = block_serial_sum(wts, K, sh);
       for (int r = tid; r < K; r += kBlockThreads)
-        wts[r] = numeric::f32_bits(numeric::fdiv(numeric::f32_from_bits(wts[r]), total));
+        wts[r] = numeric::f32_bits(numeric::div_f32(numeric::f32_from_bits(wts[r]), total));
     }
     __syncthreads();
     for (int r = tid; r < K; r += kBlockThreads)
-      wts[r] = numeric::f32_out_bits(numeric::fmul(numeric::f32_from_bits(wts[r]), p.scale));
+      wts[r] = numeric::f32_out_bits(numeric::mul_f32(numeric::f32_from_bits(wts[r]), p.scale));
     __syncthreads();  // shared memory is reused by the next token
   }
 }

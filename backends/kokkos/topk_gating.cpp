@@ -83,7 +83,7 @@ KOKKOS_INLINE_FUNCTION float team_serial_sum(const Team& team, const std::uint32
   team.team_barrier();
   Kokkos::single(Kokkos::PerTeam(team), [&]() {
     float acc = 0.0f;
-    for (int i = 0; i < n; ++i) acc = numeric::fadd(acc, numeric::f32_from_bits(v[i]));
+    for (int i = 0; i < n; ++i) acc = numeric::add_f32(acc, numeric::f32_from_bits(v[i]));
     sh.sum = acc;
   });
   team.team_barrier();
@@ -127,7 +127,7 @@ void gating_run(const detail::TopkGatingShape& s, const detail::TopkGatingArgs& 
               team.team_barrier();
               Kokkos::single(Kokkos::PerTeam(team), [&]() {
                 float acc = c0 == 0 ? 0.0f : sh.sum;
-                for (int i = 0; i < n; ++i) acc = numeric::fadd(acc, sh.chunk[i]);
+                for (int i = 0; i < n; ++i) acc = numeric::add_f32(acc, sh.chunk[i]);
                 sh.sum = acc;
               });
               team.team_barrier();
@@ -216,18 +216,18 @@ void gating_run(const detail::TopkGatingShape& s, const detail::TopkGatingArgs& 
             });
             const float st = team_serial_sum(team, wts, K, sh);
             Kokkos::parallel_for(Kokkos::TeamThreadRange(team, K), [&](int r) {
-              wts[r] = numeric::f32_bits(numeric::fdiv(numeric::f32_from_bits(wts[r]), st));
+              wts[r] = numeric::f32_bits(numeric::div_f32(numeric::f32_from_bits(wts[r]), st));
             });
           }
           if (renormalize) {
             const float total = team_serial_sum(team, wts, K, sh);
             Kokkos::parallel_for(Kokkos::TeamThreadRange(team, K), [&](int r) {
-              wts[r] = numeric::f32_bits(numeric::fdiv(numeric::f32_from_bits(wts[r]), total));
+              wts[r] = numeric::f32_bits(numeric::div_f32(numeric::f32_from_bits(wts[r]), total));
             });
           }
           team.team_barrier();
           Kokkos::parallel_for(Kokkos::TeamThreadRange(team, K), [&](int r) {
-            wts[r] = numeric::f32_out_bits(numeric::fmul(numeric::f32_from_bits(wts[r]), scale));
+            wts[r] = numeric::f32_out_bits(numeric::mul_f32(numeric::f32_from_bits(wts[r]), scale));
           });
         });
   }

@@ -71,14 +71,14 @@ MOE_HD Top2Keys top2_merge(Top2Keys a, Top2Keys b) {
 }
 MOE_HD float group_score(Top2Keys t, std::int32_t group_size) {
   const float b1 = score_of_key(t.first);
-  return group_size == 1 ? b1 : numeric::fadd(b1, score_of_key(t.second));
+  return group_size == 1 ? b1 : numeric::add_f32(b1, score_of_key(t.second));
 }
 
 // A group's score from the keys of its two best experts: the sum of their selection scores (the one score when
 // the group has one expert). Reading the scores back from keys turns a -0 into +0, which changes no sum's key.
 MOE_HD float group_score(Top2 t, std::int32_t group_size) {
   const float b1 = score_of_order_key(t.first);
-  return group_size == 1 ? b1 : numeric::fadd(b1, score_of_order_key(t.second));
+  return group_size == 1 ? b1 : numeric::add_f32(b1, score_of_order_key(t.second));
 }
 
 // ---- scores ----------------------------------------------------------------------------------------------------
@@ -86,16 +86,16 @@ MOE_HD float group_score(Top2 t, std::int32_t group_size) {
 // logit (+0 for a zero), NaN only when every logit is NaN.
 MOE_HD float softmax_max(std::uint32_t max_score_key) { return score_of_key(max_score_key); }
 // exp(l - m) of a softmax term.
-MOE_HD float softmax_term(float l, float m) { return numeric::exp_f32(numeric::fsub(l, m)); }
+MOE_HD float softmax_term(float l, float m) { return numeric::exp_f32(numeric::sub_f32(l, m)); }
 
 // s_e of a logit: SOFTMAX exp(l - m) / sum, SIGMOID 1 / (1 + exp(-l)), SOFTMAX_TOPK the logit itself.
 MOE_HD float score_of(moe_score_t score, float l, float m, float sum) {
-  if (score == MOE_SCORE_SOFTMAX) return numeric::fdiv(softmax_term(l, m), sum);
+  if (score == MOE_SCORE_SOFTMAX) return numeric::div_f32(softmax_term(l, m), sum);
   if (score == MOE_SCORE_SIGMOID) return numeric::sigmoid_f32(l);
   return l;
 }
 // b_e: the score plus the correction bias (none: the score itself).
-MOE_HD float selection_of(float s, const float* bias, std::int32_t e) { return bias ? numeric::fadd(s, bias[e]) : s; }
+MOE_HD float selection_of(float s, const float* bias, std::int32_t e) { return bias ? numeric::add_f32(s, bias[e]) : s; }
 
 }  // namespace gating
 }  // namespace moe

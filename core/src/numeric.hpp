@@ -127,6 +127,16 @@ MOE_HD float add_f32(float a, float b) {
   return a + b;
 #endif
 }
+MOE_HD float sub_f32(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fsub_rn(a, b);
+#else
+#if defined(__clang__) && !defined(__NVCC__)
+#pragma clang fp contract(off)
+#endif
+  return a - b;
+#endif
+}
 
 // Per-type load/store of the accumulation, so kernels are written once for the three types.
 template <class Bits> struct ValueTraits;

@@ -51,31 +51,8 @@ namespace numeric {
 // against the exact real value, in ulp of that value. Written by hand from tools/exp_ulp.cpp's output.
 constexpr int kExpUlpBound = 1;
 
-MOE_HD float fmul(float a, float b) {
-  MOE_NO_CONTRACT
-#if defined(__CUDA_ARCH__)
-  return __fmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-MOE_HD float fadd(float a, float b) {
-  MOE_NO_CONTRACT
-#if defined(__CUDA_ARCH__)
-  return __fadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
-MOE_HD float fsub(float a, float b) {
-  MOE_NO_CONTRACT
-#if defined(__CUDA_ARCH__)
-  return __fsub_rn(a, b);
-#else
-  return a - b;
-#endif
-}
-MOE_HD float fdiv(float a, float b) {
+// The rounded fp32 steps (never contracted into an FMA): numeric.hpp's mul_f32, add_f32, sub_f32, and the division.
+MOE_HD float div_f32(float a, float b) {
   MOE_NO_CONTRACT
 #if defined(__CUDA_ARCH__)
   return __fdiv_rn(a, b);
@@ -96,26 +73,26 @@ MOE_HD float exp_f32(float x) {
   constexpr float kRound = 0x1.8p+23f;      // 1.5 * 2^23: (v + kRound) - kRound rounds v to an integer
   constexpr float kLn2Hi = 0x1.62e4p-1f;    // 0x3F317200: 15 significant bits
   constexpr float kLn2Lo = 0x1.7f7d1cp-20f; // 0x35BFBE8E: ln2 - kLn2Hi, rounded
-  const float kf = fsub(fadd(fmul(x, kLog2e), kRound), kRound);  // |kf| <= 150
-  const float rh = fsub(x, fmul(kf, kLn2Hi));                   // exact
-  const float c = fmul(kf, kLn2Lo);
-  const float r = fsub(rh, c);
+  const float kf = sub_f32(add_f32(mul_f32(x, kLog2e), kRound), kRound);  // |kf| <= 150
+  const float rh = sub_f32(x, mul_f32(kf, kLn2Hi));                   // exact
+  const float c = mul_f32(kf, kLn2Lo);
+  const float r = sub_f32(rh, c);
   float q = 0x1.a12a34p-13f;            // 0x3950951A
-  q = fadd(fmul(q, r), 0x1.6d491p-10f);  // 0x3AB6A488
-  q = fadd(fmul(q, r), 0x1.1110ep-7f);   // 0x3C088870
-  q = fadd(fmul(q, r), 0x1.5554e4p-5f);  // 0x3D2AAA72
-  q = fadd(fmul(q, r), 0x1.555556p-3f);  // 0x3E2AAAAB
-  q = fadd(fmul(q, r), 0.5f);
-  const float y = fadd(rh, fsub(fmul(fmul(r, r), q), c));
-  const float p = fadd(1.0f, y);
+  q = add_f32(mul_f32(q, r), 0x1.6d491p-10f);  // 0x3AB6A488
+  q = add_f32(mul_f32(q, r), 0x1.1110ep-7f);   // 0x3C088870
+  q = add_f32(mul_f32(q, r), 0x1.5554e4p-5f);  // 0x3D2AAA72
+  q = add_f32(mul_f32(q, r), 0x1.555556p-3f);  // 0x3E2AAAAB
+  q = add_f32(mul_f32(q, r), 0.5f);
+  const float y = add_f32(rh, sub_f32(mul_f32(mul_f32(r, r), q), c));
+  const float p = add_f32(1.0f, y);
   const int k = static_cast<int>(kf);
   const int k1 = k >= 0 ? k / 2 : -((1 - k) / 2);  // floor(k / 2), written without relying on >> of negatives
-  return fmul(fmul(p, pow2i(k1)), pow2i(k - k1));
+  return mul_f32(mul_f32(p, pow2i(k1)), pow2i(k - k1));
 }
 
 MOE_HD float sigmoid_f32(float x) {
   MOE_NO_CONTRACT
-  return fdiv(1.0f, fadd(1.0f, exp_f32(-x)));
+  return div_f32(1.0f, add_f32(1.0f, exp_f32(-x)));
 }
 
 }  // namespace numeric
