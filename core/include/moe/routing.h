@@ -24,8 +24,9 @@
  * streams (the Kokkos backend serialises the kernels of calls that share an execution space instance where
  * that instance's team scratch needs it). Calls that write the same buffers still race, as any two writers do.
  *
- * Hot calls (moe_align_block_size, moe_sum) never allocate and never synchronise with the host: they are
- * asynchronous on `stream` and can be captured into a CUDA/HIP graph. All their scratch memory comes from
+ * Hot calls (moe_align_block_size, moe_align_block_size_ep, moe_sum, moe_permute, moe_combine,
+ * moe_topk_gating, moe_route: every call that takes a `stream`, except moe_synchronize) never allocate and never
+ * synchronise with the host: they are asynchronous on `stream` and can be captured into a CUDA/HIP graph. All their scratch memory comes from
  * the caller's workspace. Stream order is kept exactly: a call reads its inputs after all earlier work on
  * `stream` has finished, and later work sees its outputs. (CUDA on sm_90+: kernels are launched with
  * programmatic stream serialisation, so a call's launch overlaps the tail of the work before it and each
