@@ -19,6 +19,15 @@
 #include "moe/routing.hpp"
 #include "paths.hpp"  // internal (core/src): the paths of each shape, and forcing one
 
+// Calls a C function; checks its status and that moe_last_error() contains `needle` (the argument at fault).
+#define CHECK_C_ERROR(call, status, needle)                                                                    \
+  do {                                                                                                         \
+    const moe_status_t st_ = (call);                                                                           \
+    CHECK_MESSAGE(st_ == (status), #call << " gave " << moe_status_string(st_) << ": " << moe_last_error());   \
+    CHECK_MESSAGE(std::string(moe_last_error()).find(needle) != std::string::npos,                             \
+                  #call << " text '" << moe_last_error() << "' lacks '" << (needle) << "'");                   \
+  } while (0)
+
 namespace moe_test {
 
 using moe_catalogue::AlignCase;
@@ -27,6 +36,15 @@ using moe_catalogue::Rng;
 using moe_catalogue::SumCase;
 
 constexpr std::int32_t kPoison = 0x5A5A5A5A;  // never a valid output value in these tests
+
+// What a C caller can pass: any int where an enum is expected (out-of-range values included).
+template <class Enum>
+Enum enum_from_int(int v) {
+  Enum e;
+  static_assert(sizeof e == sizeof v, "C enums are int-sized here");
+  std::memcpy(&e, &v, sizeof e);
+  return e;
+}
 
 template <class T>
 moe::device_buffer<T> to_device(const std::vector<T>& host) {

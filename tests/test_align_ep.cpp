@@ -238,14 +238,6 @@ TEST_CASE("align_ep: determinism, and the map read afresh each call") {
 // ---- errors ------------------------------------------------------------------------------------------------
 namespace {
 
-#define CHECK_EP_ERROR(call, status, needle)                                                                   \
-  do {                                                                                                         \
-    const moe_status_t st_ = (call);                                                                           \
-    CHECK_MESSAGE(st_ == (status), #call << " gave " << moe_status_string(st_) << ": " << moe_last_error());   \
-    CHECK_MESSAGE(std::string(moe_last_error()).find(needle) != std::string::npos,                             \
-                  #call << " text '" << moe_last_error() << "' lacks '" << (needle) << "'");                   \
-  } while (0)
-
 struct EpBuffers {
   EpBuffers(std::int64_t numel, std::int32_t E, std::int32_t L, std::int32_t bs)
       : ids(static_cast<std::size_t>(numel)),
@@ -267,14 +259,6 @@ struct EpBuffers {
   moe::device_buffer<unsigned char> ws;
 };
 
-template <class Enum>
-Enum enum_from_int(int v) {
-  Enum e;
-  static_assert(sizeof e == sizeof v, "C enums are int-sized here");
-  std::memcpy(&e, &v, sizeof e);
-  return e;
-}
-
 }  // namespace
 
 TEST_CASE("align_ep errors: shape arguments") {
@@ -284,22 +268,22 @@ TEST_CASE("align_ep errors: shape arguments") {
                                    b.experts.data(), b.post.data(), b.counts.data(), b.positions.data(), b.ws.data(),
                                    b.ws.size(), nullptr);
   };
-  CHECK_EP_ERROR(call(-1, 8, 4, 4), MOE_ERROR_INVALID_ARGUMENT, "numel");
-  CHECK_EP_ERROR(call(std::int64_t{1} << 31, 8, 4, 4), MOE_ERROR_INVALID_ARGUMENT, "numel");
-  CHECK_EP_ERROR(call(16, 0, 4, 4), MOE_ERROR_INVALID_ARGUMENT, "num_experts");
-  CHECK_EP_ERROR(call(16, 65537, 4, 4), MOE_ERROR_INVALID_ARGUMENT, "num_experts");
-  CHECK_EP_ERROR(call(16, 8, 0, 4), MOE_ERROR_INVALID_ARGUMENT, "num_local_experts");
-  CHECK_EP_ERROR(call(16, 8, -2, 4), MOE_ERROR_INVALID_ARGUMENT, "num_local_experts");
-  CHECK_EP_ERROR(call(16, 8, 65537, 4), MOE_ERROR_INVALID_ARGUMENT, "num_local_experts");
-  CHECK_EP_ERROR(call(16, 8, 4, 0), MOE_ERROR_INVALID_ARGUMENT, "block_size");
-  CHECK_EP_ERROR(call(16, 8, 4, -64), MOE_ERROR_INVALID_ARGUMENT, "block_size");
-  CHECK_EP_ERROR(call(1 << 30, 8, 4, 1 << 29), MOE_ERROR_INVALID_ARGUMENT, "INT32_MAX");
+  CHECK_C_ERROR(call(-1, 8, 4, 4), MOE_ERROR_INVALID_ARGUMENT, "numel");
+  CHECK_C_ERROR(call(std::int64_t{1} << 31, 8, 4, 4), MOE_ERROR_INVALID_ARGUMENT, "numel");
+  CHECK_C_ERROR(call(16, 0, 4, 4), MOE_ERROR_INVALID_ARGUMENT, "num_experts");
+  CHECK_C_ERROR(call(16, 65537, 4, 4), MOE_ERROR_INVALID_ARGUMENT, "num_experts");
+  CHECK_C_ERROR(call(16, 8, 0, 4), MOE_ERROR_INVALID_ARGUMENT, "num_local_experts");
+  CHECK_C_ERROR(call(16, 8, -2, 4), MOE_ERROR_INVALID_ARGUMENT, "num_local_experts");
+  CHECK_C_ERROR(call(16, 8, 65537, 4), MOE_ERROR_INVALID_ARGUMENT, "num_local_experts");
+  CHECK_C_ERROR(call(16, 8, 4, 0), MOE_ERROR_INVALID_ARGUMENT, "block_size");
+  CHECK_C_ERROR(call(16, 8, 4, -64), MOE_ERROR_INVALID_ARGUMENT, "block_size");
+  CHECK_C_ERROR(call(1 << 30, 8, 4, 1 << 29), MOE_ERROR_INVALID_ARGUMENT, "INT32_MAX");
   std::size_t bytes = 123;
-  CHECK_EP_ERROR(moe_align_workspace_size_ep(16, 8, 0, 4, &bytes), MOE_ERROR_INVALID_ARGUMENT, "num_local_experts");
-  CHECK_EP_ERROR(moe_align_workspace_size_ep(16, 70000, 4, 4, &bytes), MOE_ERROR_INVALID_ARGUMENT, "num_experts");
-  CHECK_EP_ERROR(moe_align_workspace_size_ep(16, 8, 4, 0, &bytes), MOE_ERROR_INVALID_ARGUMENT, "block_size");
+  CHECK_C_ERROR(moe_align_workspace_size_ep(16, 8, 0, 4, &bytes), MOE_ERROR_INVALID_ARGUMENT, "num_local_experts");
+  CHECK_C_ERROR(moe_align_workspace_size_ep(16, 70000, 4, 4, &bytes), MOE_ERROR_INVALID_ARGUMENT, "num_experts");
+  CHECK_C_ERROR(moe_align_workspace_size_ep(16, 8, 4, 0, &bytes), MOE_ERROR_INVALID_ARGUMENT, "block_size");
   CHECK(bytes == 123);
-  CHECK_EP_ERROR(moe_align_workspace_size_ep(16, 8, 4, 4, nullptr), MOE_ERROR_INVALID_ARGUMENT, "bytes");
+  CHECK_C_ERROR(moe_align_workspace_size_ep(16, 8, 4, 4, nullptr), MOE_ERROR_INVALID_ARGUMENT, "bytes");
   // the capacity bound is the LOCAL grouping's: 65536 global experts would overflow it, one local expert does not
   CHECK(moe_align_workspace_size(std::int64_t{1} << 30, 65536, 1 << 20, &bytes) == MOE_ERROR_INVALID_ARGUMENT);
   CHECK(moe_align_workspace_size_ep(std::int64_t{1} << 30, 65536, 1, 1 << 20, &bytes) == MOE_SUCCESS);
@@ -327,27 +311,27 @@ TEST_CASE("align_ep errors: pointers, dtype, the identity map and the workspace"
     edit(p);
     return call(p);
   };
-  CHECK_EP_ERROR(with([](P& p) { p.ids = nullptr; }), MOE_ERROR_INVALID_ARGUMENT, "topk_ids");
-  CHECK_EP_ERROR(with([](P& p) { p.sorted = nullptr; }), MOE_ERROR_INVALID_ARGUMENT, "sorted_token_ids");
-  CHECK_EP_ERROR(with([](P& p) { p.experts = nullptr; }), MOE_ERROR_INVALID_ARGUMENT, "expert_ids");
-  CHECK_EP_ERROR(with([](P& p) { p.post = nullptr; }), MOE_ERROR_INVALID_ARGUMENT, "num_tokens_post_pad");
-  CHECK_EP_ERROR(with([](P& p) { p.t = MOE_FLOAT32; }), MOE_ERROR_UNSUPPORTED, "id_type");
-  CHECK_EP_ERROR(with([](P& p) { p.t = enum_from_int<moe_dtype_t>(42); }), MOE_ERROR_INVALID_ARGUMENT, "id_type");
-  CHECK_EP_ERROR(with([](P& p) { p.map = nullptr; }), MOE_ERROR_INVALID_ARGUMENT, "expert_map");
-  CHECK_EP_ERROR(with([](P& p) { p.map = nullptr; }), MOE_ERROR_INVALID_ARGUMENT, "num_local_experts");
+  CHECK_C_ERROR(with([](P& p) { p.ids = nullptr; }), MOE_ERROR_INVALID_ARGUMENT, "topk_ids");
+  CHECK_C_ERROR(with([](P& p) { p.sorted = nullptr; }), MOE_ERROR_INVALID_ARGUMENT, "sorted_token_ids");
+  CHECK_C_ERROR(with([](P& p) { p.experts = nullptr; }), MOE_ERROR_INVALID_ARGUMENT, "expert_ids");
+  CHECK_C_ERROR(with([](P& p) { p.post = nullptr; }), MOE_ERROR_INVALID_ARGUMENT, "num_tokens_post_pad");
+  CHECK_C_ERROR(with([](P& p) { p.t = MOE_FLOAT32; }), MOE_ERROR_UNSUPPORTED, "id_type");
+  CHECK_C_ERROR(with([](P& p) { p.t = enum_from_int<moe_dtype_t>(42); }), MOE_ERROR_INVALID_ARGUMENT, "id_type");
+  CHECK_C_ERROR(with([](P& p) { p.map = nullptr; }), MOE_ERROR_INVALID_ARGUMENT, "expert_map");
+  CHECK_C_ERROR(with([](P& p) { p.map = nullptr; }), MOE_ERROR_INVALID_ARGUMENT, "num_local_experts");
   if (b.ws_bytes > 0) {
     const std::size_t need = b.ws_bytes;
-    CHECK_EP_ERROR(with([&](P& p) { p.ws_bytes = need - 1; }), MOE_ERROR_INVALID_ARGUMENT, "workspace");
-    CHECK_EP_ERROR(with([](P& p) { p.ws = nullptr; }), MOE_ERROR_INVALID_ARGUMENT, "workspace");
+    CHECK_C_ERROR(with([&](P& p) { p.ws_bytes = need - 1; }), MOE_ERROR_INVALID_ARGUMENT, "workspace");
+    CHECK_C_ERROR(with([](P& p) { p.ws = nullptr; }), MOE_ERROR_INVALID_ARGUMENT, "workspace");
   }
   // overlaps: outputs with each other, with the inputs, with the workspace
-  CHECK_EP_ERROR(with([&](P& p) { p.counts = b.sorted.data() + 2; }), MOE_ERROR_INVALID_ARGUMENT, "expert_counts");
-  CHECK_EP_ERROR(with([&](P& p) { p.positions = b.ids.data() + 15; }), MOE_ERROR_INVALID_ARGUMENT, "token_positions");
-  CHECK_EP_ERROR(with([&](P& p) { p.positions = b.ids.data() + 15; }), MOE_ERROR_INVALID_ARGUMENT, "topk_ids");
-  CHECK_EP_ERROR(with([&](P& p) { p.sorted = b.map.data(); }), MOE_ERROR_INVALID_ARGUMENT, "expert_map");
-  CHECK_EP_ERROR(with([&](P& p) { p.post = b.experts.data() + 1; }), MOE_ERROR_INVALID_ARGUMENT, "expert_ids");
+  CHECK_C_ERROR(with([&](P& p) { p.counts = b.sorted.data() + 2; }), MOE_ERROR_INVALID_ARGUMENT, "expert_counts");
+  CHECK_C_ERROR(with([&](P& p) { p.positions = b.ids.data() + 15; }), MOE_ERROR_INVALID_ARGUMENT, "token_positions");
+  CHECK_C_ERROR(with([&](P& p) { p.positions = b.ids.data() + 15; }), MOE_ERROR_INVALID_ARGUMENT, "topk_ids");
+  CHECK_C_ERROR(with([&](P& p) { p.sorted = b.map.data(); }), MOE_ERROR_INVALID_ARGUMENT, "expert_map");
+  CHECK_C_ERROR(with([&](P& p) { p.post = b.experts.data() + 1; }), MOE_ERROR_INVALID_ARGUMENT, "expert_ids");
   if (b.ws_bytes > 0)
-    CHECK_EP_ERROR(with([&](P& p) { p.positions = static_cast<std::int32_t*>(p.ws); }), MOE_ERROR_INVALID_ARGUMENT,
+    CHECK_C_ERROR(with([&](P& p) { p.positions = static_cast<std::int32_t*>(p.ws); }), MOE_ERROR_INVALID_ARGUMENT,
                    "workspace");
   // an error writes nothing
   const std::vector<std::int32_t> poison(b.sorted.size(), kPoison);

@@ -434,24 +434,6 @@ TEST_CASE("combine: round trips through align and permute on the backend") {
 }
 
 // ---- errors --------------------------------------------------------------------------------------------------
-namespace {
-#define CHECK_COMBINE_ERROR(call, status, needle)                                                          \
-  do {                                                                                                      \
-    const moe_status_t st_ = (call);                                                                        \
-    CHECK_MESSAGE(st_ == (status), #call << " gave " << moe_status_string(st_) << ": " << moe_last_error()); \
-    CHECK_MESSAGE(std::string(moe_last_error()).find(needle) != std::string::npos,                           \
-                  #call << " text '" << moe_last_error() << "' lacks '" << (needle) << "'");                \
-  } while (0)
-
-template <class Enum>
-Enum enum_of(int v) {
-  Enum e;
-  static_assert(sizeof e == sizeof v, "C enums are int-sized here");
-  std::memcpy(&e, &v, sizeof e);
-  return e;
-}
-}  // namespace
-
 TEST_CASE("errors: combine") {
   const std::int64_t T = 4, H = 8;
   const std::int32_t K = 2;
@@ -464,35 +446,35 @@ TEST_CASE("errors: combine") {
   const auto F = MOE_ROWS_FLAT, P = MOE_ROWS_PERMUTED;
   const auto f32 = MOE_FLOAT32;
   const auto inval = MOE_ERROR_INVALID_ARGUMENT;
-  CHECK_COMBINE_ERROR(moe_combine(r, f32, F, -1, K, H, p, wt, 1.0f, o, nullptr), inval, "num_tokens");
-  CHECK_COMBINE_ERROR(moe_combine(r, f32, F, T, 0, H, p, wt, 1.0f, o, nullptr), inval, "topk");
-  CHECK_COMBINE_ERROR(moe_combine(r, f32, F, T, K, -2, p, wt, 1.0f, o, nullptr), inval, "hidden");
-  CHECK_COMBINE_ERROR(moe_combine(r, f32, F, std::int64_t{1} << 30, K, H, p, wt, 1.0f, o, nullptr), inval, "2^31");
-  CHECK_COMBINE_ERROR(moe_combine(r, f32, F, 1 << 20, K, std::int64_t{1} << 42, p, wt, 1.0f, o, nullptr), inval,
+  CHECK_C_ERROR(moe_combine(r, f32, F, -1, K, H, p, wt, 1.0f, o, nullptr), inval, "num_tokens");
+  CHECK_C_ERROR(moe_combine(r, f32, F, T, 0, H, p, wt, 1.0f, o, nullptr), inval, "topk");
+  CHECK_C_ERROR(moe_combine(r, f32, F, T, K, -2, p, wt, 1.0f, o, nullptr), inval, "hidden");
+  CHECK_C_ERROR(moe_combine(r, f32, F, std::int64_t{1} << 30, K, H, p, wt, 1.0f, o, nullptr), inval, "2^31");
+  CHECK_C_ERROR(moe_combine(r, f32, F, 1 << 20, K, std::int64_t{1} << 42, p, wt, 1.0f, o, nullptr), inval,
                       "overflows");
-  CHECK_COMBINE_ERROR(moe_combine(r, f32, enum_of<moe_rows_layout_t>(7), T, K, H, p, wt, 1.0f, o, nullptr), inval,
+  CHECK_C_ERROR(moe_combine(r, f32, enum_from_int<moe_rows_layout_t>(7), T, K, H, p, wt, 1.0f, o, nullptr), inval,
                       "layout");
-  CHECK_COMBINE_ERROR(moe_combine(r, f32, enum_of<moe_rows_layout_t>(-1), T, K, H, p, wt, 1.0f, o, nullptr), inval,
+  CHECK_C_ERROR(moe_combine(r, f32, enum_from_int<moe_rows_layout_t>(-1), T, K, H, p, wt, 1.0f, o, nullptr), inval,
                       "layout");
   // an unknown layout is refused even for an empty call
-  CHECK_COMBINE_ERROR(moe_combine(nullptr, f32, enum_of<moe_rows_layout_t>(2), 0, K, H, nullptr, nullptr, 1.0f,
+  CHECK_C_ERROR(moe_combine(nullptr, f32, enum_from_int<moe_rows_layout_t>(2), 0, K, H, nullptr, nullptr, 1.0f,
                                   nullptr, nullptr),
                       inval, "layout");
-  CHECK_COMBINE_ERROR(moe_combine(r, f32, P, T, K, H, nullptr, wt, 1.0f, o, nullptr), inval, "token_positions");
-  CHECK_COMBINE_ERROR(moe_combine(nullptr, f32, F, T, K, H, p, wt, 1.0f, o, nullptr), inval, "rows");
-  CHECK_COMBINE_ERROR(moe_combine(r, f32, F, T, K, H, p, wt, 1.0f, nullptr, nullptr), inval, "output");
+  CHECK_C_ERROR(moe_combine(r, f32, P, T, K, H, nullptr, wt, 1.0f, o, nullptr), inval, "token_positions");
+  CHECK_C_ERROR(moe_combine(nullptr, f32, F, T, K, H, p, wt, 1.0f, o, nullptr), inval, "rows");
+  CHECK_C_ERROR(moe_combine(r, f32, F, T, K, H, p, wt, 1.0f, nullptr, nullptr), inval, "output");
   // dtypes: integers and fp8 unsupported, unknown values invalid
   for (moe_dtype_t t : {MOE_INT8, MOE_UINT8, MOE_INT16, MOE_INT32, MOE_INT64, MOE_FLOAT8_E4M3, MOE_FLOAT8_E5M2})
-    CHECK_COMBINE_ERROR(moe_combine(r, t, F, T, K, H, p, wt, 1.0f, o, nullptr), MOE_ERROR_UNSUPPORTED, "dtype");
-  CHECK_COMBINE_ERROR(moe_combine(r, enum_of<moe_dtype_t>(10), F, T, K, H, p, wt, 1.0f, o, nullptr), inval, "dtype");
-  CHECK_COMBINE_ERROR(moe_combine(r, enum_of<moe_dtype_t>(-5), F, T, K, H, p, wt, 1.0f, o, nullptr), inval, "dtype");
+    CHECK_C_ERROR(moe_combine(r, t, F, T, K, H, p, wt, 1.0f, o, nullptr), MOE_ERROR_UNSUPPORTED, "dtype");
+  CHECK_C_ERROR(moe_combine(r, enum_from_int<moe_dtype_t>(10), F, T, K, H, p, wt, 1.0f, o, nullptr), inval, "dtype");
+  CHECK_C_ERROR(moe_combine(r, enum_from_int<moe_dtype_t>(-5), F, T, K, H, p, wt, 1.0f, o, nullptr), inval, "dtype");
   // overlap of the output with each input
   float* rw = rows.data();
-  CHECK_COMBINE_ERROR(moe_combine(r, f32, F, T, K, H, p, wt, 1.0f, rw + 5, nullptr), inval, "overlaps rows");
+  CHECK_C_ERROR(moe_combine(r, f32, F, T, K, H, p, wt, 1.0f, rw + 5, nullptr), inval, "overlaps rows");
   const auto* inside_out = reinterpret_cast<const std::int32_t*>(o + 3);
-  CHECK_COMBINE_ERROR(moe_combine(r, f32, F, T, K, H, inside_out, wt, 1.0f, o, nullptr), inval,
+  CHECK_C_ERROR(moe_combine(r, f32, F, T, K, H, inside_out, wt, 1.0f, o, nullptr), inval,
                       "overlaps token_positions");
-  CHECK_COMBINE_ERROR(moe_combine(r, f32, F, T, K, H, p, o + 31, 1.0f, o, nullptr), inval, "overlaps topk_weights");
+  CHECK_C_ERROR(moe_combine(r, f32, F, T, K, H, p, o + 31, 1.0f, o, nullptr), inval, "overlaps topk_weights");
   // empty calls are no-ops, NULLs accepted (FLAT or PERMUTED)
   CHECK(moe_combine(nullptr, MOE_BFLOAT16, P, 0, 8, 4096, nullptr, nullptr, 1.0f, nullptr, nullptr) == MOE_SUCCESS);
   CHECK(moe_combine(nullptr, MOE_FLOAT16, F, 16, 8, 0, nullptr, nullptr, 1.0f, nullptr, nullptr) == MOE_SUCCESS);

@@ -8,24 +8,6 @@ using namespace moe_test;
 
 namespace {
 
-// Calls a C function and checks status and that moe_last_error() mentions `needle`.
-#define CHECK_C_ERROR(call, status, needle)                                                        \
-  do {                                                                                              \
-    const moe_status_t st_ = (call);                                                                \
-    CHECK_MESSAGE(st_ == (status), #call << " gave " << moe_status_string(st_) << ": " << moe_last_error()); \
-    CHECK_MESSAGE(std::string(moe_last_error()).find(needle) != std::string::npos,                   \
-                  #call << " text '" << moe_last_error() << "' lacks '" << (needle) << "'");        \
-  } while (0)
-
-// What a C caller can pass: any int where an enum is expected.
-template <class Enum>
-Enum from_int(int v) {
-  Enum e;
-  static_assert(sizeof e == sizeof v, "C enums are int-sized here");
-  std::memcpy(&e, &v, sizeof e);
-  return e;
-}
-
 struct AlignBuffers {
   explicit AlignBuffers(std::int64_t numel, std::int32_t E, std::int32_t bs)
       : ids(static_cast<std::size_t>(numel)),
@@ -85,7 +67,7 @@ TEST_CASE("errors: align pointers, dtype and workspace") {
                 MOE_ERROR_UNSUPPORTED, "id_type");
   CHECK_C_ERROR(call(b.ids.data(), MOE_BFLOAT16, b.sorted.data(), b.experts.data(), b.post.data(), ws, wsb),
                 MOE_ERROR_UNSUPPORTED, "id_type");
-  CHECK_C_ERROR(call(b.ids.data(), from_int<moe_dtype_t>(42), b.sorted.data(), b.experts.data(), b.post.data(),
+  CHECK_C_ERROR(call(b.ids.data(), enum_from_int<moe_dtype_t>(42), b.sorted.data(), b.experts.data(), b.post.data(),
                      ws, wsb),
                 MOE_ERROR_INVALID_ARGUMENT, "id_type");
   if (b.ws_bytes > 0) {
@@ -137,7 +119,7 @@ TEST_CASE("errors: sum") {
   CHECK_C_ERROR(moe_sum(nullptr, MOE_FLOAT32, 4, 2, 8, o, nullptr), MOE_ERROR_INVALID_ARGUMENT, "input");
   CHECK_C_ERROR(moe_sum(i, MOE_FLOAT32, 4, 2, 8, nullptr, nullptr), MOE_ERROR_INVALID_ARGUMENT, "output");
   CHECK_C_ERROR(moe_sum(i, MOE_INT32, 4, 2, 8, o, nullptr), MOE_ERROR_UNSUPPORTED, "dtype");
-  CHECK_C_ERROR(moe_sum(i, from_int<moe_dtype_t>(-1), 4, 2, 8, o, nullptr), MOE_ERROR_INVALID_ARGUMENT, "dtype");
+  CHECK_C_ERROR(moe_sum(i, enum_from_int<moe_dtype_t>(-1), 4, 2, 8, o, nullptr), MOE_ERROR_INVALID_ARGUMENT, "dtype");
   CHECK_C_ERROR(moe_sum(i, MOE_FLOAT32, 4, 2, 8, i + 8, nullptr), MOE_ERROR_INVALID_ARGUMENT, "overlaps");
   CHECK_C_ERROR(moe_sum(i, MOE_FLOAT32, std::int64_t{1} << 40, 1 << 20, std::int64_t{1} << 20, o, nullptr),
                 MOE_ERROR_INVALID_ARGUMENT, "overflows");
@@ -164,7 +146,7 @@ TEST_CASE("errors: status strings and the last error is per thread") {
   CHECK(std::string(moe_status_string(MOE_ERROR_INVALID_ARGUMENT)) == "invalid argument");
   CHECK(std::string(moe_status_string(MOE_ERROR_UNSUPPORTED)) == "unsupported");
   CHECK(std::string(moe_status_string(MOE_ERROR_BACKEND)) == "backend error");
-  CHECK(std::string(moe_status_string(from_int<moe_status_t>(99))) == "unknown status");
+  CHECK(std::string(moe_status_string(enum_from_int<moe_status_t>(99))) == "unknown status");
   CHECK(moe_align_max_padded(-5, 1, 1) == -1);
   const std::string here = moe_last_error();
   std::string there = "unset";

@@ -272,24 +272,6 @@ TEST_CASE("permute: empty calls are no-ops") {
 }
 
 // ---- errors --------------------------------------------------------------------------------------------------
-namespace {
-#define CHECK_PERMUTE_ERROR(call, status, needle)                                                          \
-  do {                                                                                                      \
-    const moe_status_t st_ = (call);                                                                        \
-    CHECK_MESSAGE(st_ == (status), #call << " gave " << moe_status_string(st_) << ": " << moe_last_error()); \
-    CHECK_MESSAGE(std::string(moe_last_error()).find(needle) != std::string::npos,                           \
-                  #call << " text '" << moe_last_error() << "' lacks '" << (needle) << "'");                \
-  } while (0)
-
-template <class Enum>
-Enum from_int(int v) {
-  Enum e;
-  static_assert(sizeof e == sizeof v, "C enums are int-sized here");
-  std::memcpy(&e, &v, sizeof e);
-  return e;
-}
-}  // namespace
-
 TEST_CASE("errors: permute") {
   const std::int64_t T = 4, H = 8, R = 16;  // 4 tokens, topk 2: numel 8, capacity 16 rows
   moe::device_buffer<std::uint16_t> hidden(T * H), out(R * H);
@@ -301,30 +283,30 @@ TEST_CASE("errors: permute") {
   const std::int32_t* pp = post.data();
   const auto bf = MOE_BFLOAT16;
   const auto inval = MOE_ERROR_INVALID_ARGUMENT;
-  CHECK_PERMUTE_ERROR(moe_permute(x, bf, -1, H, 2, s, pp, R, o, nullptr), inval, "num_tokens");
-  CHECK_PERMUTE_ERROR(moe_permute(x, bf, T, -1, 2, s, pp, R, o, nullptr), inval, "hidden_size");
-  CHECK_PERMUTE_ERROR(moe_permute(x, bf, T, H, 0, s, pp, R, o, nullptr), inval, "topk");
-  CHECK_PERMUTE_ERROR(moe_permute(x, bf, T, H, -3, s, pp, R, o, nullptr), inval, "topk");
-  CHECK_PERMUTE_ERROR(moe_permute(x, bf, T, H, 2, s, pp, -1, o, nullptr), inval, "max_rows");
-  CHECK_PERMUTE_ERROR(moe_permute(x, bf, T, H, 2, s, pp, 7, o, nullptr), inval, "max_rows");  // < numel 8
-  CHECK_PERMUTE_ERROR(moe_permute(x, bf, std::int64_t{1} << 30, H, 2, s, pp, R, o, nullptr), inval, "2^31");
-  CHECK_PERMUTE_ERROR(moe_permute(x, bf, 1, std::int64_t{1} << 62, 1, s, pp, R, o, nullptr), inval, "overflows");
-  CHECK_PERMUTE_ERROR(moe_permute(x, bf, 1, std::int64_t{1} << 40, 1, s, pp, std::int64_t{1} << 30, o, nullptr), inval,
+  CHECK_C_ERROR(moe_permute(x, bf, -1, H, 2, s, pp, R, o, nullptr), inval, "num_tokens");
+  CHECK_C_ERROR(moe_permute(x, bf, T, -1, 2, s, pp, R, o, nullptr), inval, "hidden_size");
+  CHECK_C_ERROR(moe_permute(x, bf, T, H, 0, s, pp, R, o, nullptr), inval, "topk");
+  CHECK_C_ERROR(moe_permute(x, bf, T, H, -3, s, pp, R, o, nullptr), inval, "topk");
+  CHECK_C_ERROR(moe_permute(x, bf, T, H, 2, s, pp, -1, o, nullptr), inval, "max_rows");
+  CHECK_C_ERROR(moe_permute(x, bf, T, H, 2, s, pp, 7, o, nullptr), inval, "max_rows");  // < numel 8
+  CHECK_C_ERROR(moe_permute(x, bf, std::int64_t{1} << 30, H, 2, s, pp, R, o, nullptr), inval, "2^31");
+  CHECK_C_ERROR(moe_permute(x, bf, 1, std::int64_t{1} << 62, 1, s, pp, R, o, nullptr), inval, "overflows");
+  CHECK_C_ERROR(moe_permute(x, bf, 1, std::int64_t{1} << 40, 1, s, pp, std::int64_t{1} << 30, o, nullptr), inval,
                       "overflows");
-  CHECK_PERMUTE_ERROR(moe_permute(nullptr, bf, T, H, 2, s, pp, R, o, nullptr), inval, "hidden");
-  CHECK_PERMUTE_ERROR(moe_permute(x, bf, T, H, 2, nullptr, pp, R, o, nullptr), inval, "sorted_token_ids");
-  CHECK_PERMUTE_ERROR(moe_permute(x, bf, T, H, 2, s, nullptr, R, o, nullptr), inval, "num_tokens_post_pad");
-  CHECK_PERMUTE_ERROR(moe_permute(x, bf, T, H, 2, s, pp, R, nullptr, nullptr), inval, "permuted");
-  CHECK_PERMUTE_ERROR(moe_permute(x, from_int<moe_dtype_t>(10), T, H, 2, s, pp, R, o, nullptr), inval, "dtype");
-  CHECK_PERMUTE_ERROR(moe_permute(x, from_int<moe_dtype_t>(-1), T, H, 2, s, pp, R, o, nullptr), inval, "dtype");
+  CHECK_C_ERROR(moe_permute(nullptr, bf, T, H, 2, s, pp, R, o, nullptr), inval, "hidden");
+  CHECK_C_ERROR(moe_permute(x, bf, T, H, 2, nullptr, pp, R, o, nullptr), inval, "sorted_token_ids");
+  CHECK_C_ERROR(moe_permute(x, bf, T, H, 2, s, nullptr, R, o, nullptr), inval, "num_tokens_post_pad");
+  CHECK_C_ERROR(moe_permute(x, bf, T, H, 2, s, pp, R, nullptr, nullptr), inval, "permuted");
+  CHECK_C_ERROR(moe_permute(x, enum_from_int<moe_dtype_t>(10), T, H, 2, s, pp, R, o, nullptr), inval, "dtype");
+  CHECK_C_ERROR(moe_permute(x, enum_from_int<moe_dtype_t>(-1), T, H, 2, s, pp, R, o, nullptr), inval, "dtype");
   // overlap: permuted over hidden, over the ids it reads, over the row count
-  CHECK_PERMUTE_ERROR(moe_permute(x, bf, T, H, 2, s, pp, R, x + 3, nullptr), inval, "overlaps hidden");
-  CHECK_PERMUTE_ERROR(moe_permute(o + R * H - 8, bf, 1, 8, 1, s, pp, 1, o + R * H - 12, nullptr), inval,
+  CHECK_C_ERROR(moe_permute(x, bf, T, H, 2, s, pp, R, x + 3, nullptr), inval, "overlaps hidden");
+  CHECK_C_ERROR(moe_permute(o + R * H - 8, bf, 1, 8, 1, s, pp, 1, o + R * H - 12, nullptr), inval,
                       "overlaps hidden");
   auto* ws = scratch.data();
-  CHECK_PERMUTE_ERROR(moe_permute(x, bf, T, H, 2, reinterpret_cast<std::int32_t*>(ws + 64), pp, R, ws, nullptr),
+  CHECK_C_ERROR(moe_permute(x, bf, T, H, 2, reinterpret_cast<std::int32_t*>(ws + 64), pp, R, ws, nullptr),
                       inval, "overlaps sorted_token_ids");
-  CHECK_PERMUTE_ERROR(moe_permute(x, bf, T, H, 2, s, reinterpret_cast<std::int32_t*>(ws + 100), R, ws, nullptr), inval,
+  CHECK_C_ERROR(moe_permute(x, bf, T, H, 2, s, reinterpret_cast<std::int32_t*>(ws + 100), R, ws, nullptr), inval,
                       "overlaps num_tokens_post_pad");
   // adjacent but disjoint buffers are fine; every dtype is accepted (a copy of bytes)
   const std::vector<std::int32_t> ids(R, 0);
@@ -347,11 +329,11 @@ TEST_CASE("errors: the fp8 dtypes are for moe_permute only") {
   moe::device_buffer<unsigned char> buf(4096);
   unsigned char* b = buf.data();
   for (moe_dtype_t t : {MOE_FLOAT8_E4M3, MOE_FLOAT8_E5M2}) {
-    CHECK_PERMUTE_ERROR(moe_sum(b, t, 2, 2, 8, b + 2048, nullptr), MOE_ERROR_UNSUPPORTED, "dtype");
-    CHECK_PERMUTE_ERROR(moe_combine(b, t, MOE_ROWS_FLAT, 2, 2, 8, nullptr, nullptr, 1.0f, b + 2048, nullptr),
+    CHECK_C_ERROR(moe_sum(b, t, 2, 2, 8, b + 2048, nullptr), MOE_ERROR_UNSUPPORTED, "dtype");
+    CHECK_C_ERROR(moe_combine(b, t, MOE_ROWS_FLAT, 2, 2, 8, nullptr, nullptr, 1.0f, b + 2048, nullptr),
                         MOE_ERROR_UNSUPPORTED, "dtype");
     std::int32_t* i = reinterpret_cast<std::int32_t*>(b);
-    CHECK_PERMUTE_ERROR(moe_align_block_size(b + 3072, t, 4, 4, 4, i, i + 64, i + 128, i + 200, 1024, nullptr),
+    CHECK_C_ERROR(moe_align_block_size(b + 3072, t, 4, 4, 4, i, i + 64, i + 128, i + 200, 1024, nullptr),
                         MOE_ERROR_UNSUPPORTED, "id_type");
     CHECK(moe::dtype_size(t) == 1);
   }

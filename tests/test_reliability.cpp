@@ -9,14 +9,6 @@ using namespace moe_test;
 
 namespace {
 
-#define CHECK_C_STATUS(call, status, needle)                                                                   \
-  do {                                                                                                         \
-    const moe_status_t st_ = (call);                                                                           \
-    CHECK_MESSAGE(st_ == (status), #call << " gave " << moe_status_string(st_) << ": " << moe_last_error());   \
-    CHECK_MESSAGE(std::string(moe_last_error()).find(needle) != std::string::npos,                             \
-                  #call << " text '" << moe_last_error() << "' lacks '" << (needle) << "'");                   \
-  } while (0)
-
 template <class F>
 moe_status_t status_of(F&& f) {
   try {
@@ -40,7 +32,7 @@ TEST_CASE("reliability: moe_malloc refuses sizes above PTRDIFF_MAX and leaves th
   for (const std::size_t bytes : huge) {
     INFO("bytes = " << bytes);
     void* p = reinterpret_cast<void*>(0x100);
-    CHECK_C_STATUS(moe_malloc(&p, bytes), MOE_ERROR_INVALID_ARGUMENT, "PTRDIFF_MAX");
+    CHECK_C_ERROR(moe_malloc(&p, bytes), MOE_ERROR_INVALID_ARGUMENT, "PTRDIFF_MAX");
     CHECK(p == nullptr);
     CHECK(status_of([&] { moe::free(moe::malloc(bytes)); }) == MOE_ERROR_INVALID_ARGUMENT);
   }
@@ -114,7 +106,7 @@ TEST_CASE("reliability: a misaligned workspace is refused") {
   moe::device_buffer<unsigned char> ws(need + 2 * MOE_WORKSPACE_ALIGNMENT);
   for (const std::size_t offset : {1, 4, 8, 16, 64, 128, 255}) {
     INFO("offset " << offset);
-    CHECK_C_STATUS(moe_align_block_size(d_ids.data(), MOE_INT32, numel, E, bs, sorted.data(), experts.data(),
+    CHECK_C_ERROR(moe_align_block_size(d_ids.data(), MOE_INT32, numel, E, bs, sorted.data(), experts.data(),
                                         post.data(), ws.data() + offset, need + 8, nullptr),
                    MOE_ERROR_INVALID_ARGUMENT, "aligned");
     CHECK(std::string(moe_last_error()).find("workspace") != std::string::npos);
@@ -246,7 +238,7 @@ TEST_CASE("reliability: align refuses any two overlapping buffers, naming both")
       // sharing the fixed buffer's last int32, its first byte, or starting where it starts
       for (const std::size_t to : {end - 4, at[fixed] - w.bytes[mover] + 4, at[fixed]}) {
         moved[mover] = to;
-        CHECK_C_STATUS(w.call(moved), MOE_ERROR_INVALID_ARGUMENT, AlignArena::kNames[a]);
+        CHECK_C_ERROR(w.call(moved), MOE_ERROR_INVALID_ARGUMENT, AlignArena::kNames[a]);
         CHECK(std::string(moe_last_error()).find(AlignArena::kNames[b]) != std::string::npos);
         CHECK(std::string(moe_last_error()).find("overlaps") != std::string::npos);
       }
@@ -267,10 +259,10 @@ TEST_CASE("reliability: the issue's two corruptions: workspace inside sorted_tok
   std::size_t moved[AlignArena::kCount];
   std::copy(at, at + AlignArena::kCount, moved);
   moved[AlignArena::kWs] = at[AlignArena::kSorted];
-  CHECK_C_STATUS(w.call(moved), MOE_ERROR_INVALID_ARGUMENT, "sorted_token_ids");
+  CHECK_C_ERROR(w.call(moved), MOE_ERROR_INVALID_ARGUMENT, "sorted_token_ids");
   std::copy(at, at + AlignArena::kCount, moved);
   moved[AlignArena::kPost] = at[AlignArena::kWs] + 8;
-  CHECK_C_STATUS(w.call(moved), MOE_ERROR_INVALID_ARGUMENT, "num_tokens_post_pad");
+  CHECK_C_ERROR(w.call(moved), MOE_ERROR_INVALID_ARGUMENT, "num_tokens_post_pad");
 }
 
 TEST_CASE("reliability: moe_sum refuses overlap by one element, accepts touching buffers") {
@@ -285,7 +277,7 @@ TEST_CASE("reliability: moe_sum refuses overlap by one element, accepts touching
   std::vector<float> want(out_elems);
   moe::reference::sum(x.data(), tokens, topk, hidden, want.data());
   for (float* out : {in + in_elems - 1, in - out_elems + 1, in + 5})
-    CHECK_C_STATUS(moe_sum(in, MOE_FLOAT32, tokens, topk, hidden, out, nullptr), MOE_ERROR_INVALID_ARGUMENT,
+    CHECK_C_ERROR(moe_sum(in, MOE_FLOAT32, tokens, topk, hidden, out, nullptr), MOE_ERROR_INVALID_ARGUMENT,
                    "overlaps");
   for (float* out : {in + in_elems, in - out_elems}) {
     REQUIRE(moe_sum(in, MOE_FLOAT32, tokens, topk, hidden, out, nullptr) == MOE_SUCCESS);

@@ -639,16 +639,6 @@ TEST_CASE("gating: unaligned logits (fp16 rows of odd length, an offset pointer)
 }
 
 // ---- errors ----------------------------------------------------------------------------------------------------
-namespace {
-#define CHECK_GATING_ERROR(call, status, needle)                                                          \
-  do {                                                                                                     \
-    const moe_status_t st_ = (call);                                                                       \
-    CHECK_MESSAGE(st_ == (status), #call << " gave " << moe_status_string(st_) << ": " << moe_last_error()); \
-    CHECK_MESSAGE(std::string(moe_last_error()).find(needle) != std::string::npos,                          \
-                  #call << " text '" << moe_last_error() << "' lacks '" << (needle) << "'");               \
-  } while (0)
-}  // namespace
-
 TEST_CASE("gating errors: every argument named") {
   moe::device_buffer<float> logits(4 * 16), bias(16);
   moe::device_buffer<std::int32_t> ids(4 * 8);
@@ -658,59 +648,59 @@ TEST_CASE("gating errors: every argument named") {
   };
   moe_gate_t g = moe::make_gate(2, MOE_SCORE_SOFTMAX);
   CHECK(call(&g) == MOE_SUCCESS);
-  CHECK_GATING_ERROR(call(nullptr), MOE_ERROR_INVALID_ARGUMENT, "gate");
-  CHECK_GATING_ERROR(call(&g, -1), MOE_ERROR_INVALID_ARGUMENT, "num_tokens");
-  CHECK_GATING_ERROR(call(&g, 4, 0), MOE_ERROR_INVALID_ARGUMENT, "num_experts");
-  CHECK_GATING_ERROR(call(&g, 4, 65537), MOE_ERROR_INVALID_ARGUMENT, "num_experts");
-  CHECK_GATING_ERROR(call(&g, 4, 16, MOE_INT32), MOE_ERROR_UNSUPPORTED, "dtype");
-  CHECK_GATING_ERROR(call(&g, 4, 16, MOE_INT8), MOE_ERROR_UNSUPPORTED, "dtype");
+  CHECK_C_ERROR(call(nullptr), MOE_ERROR_INVALID_ARGUMENT, "gate");
+  CHECK_C_ERROR(call(&g, -1), MOE_ERROR_INVALID_ARGUMENT, "num_tokens");
+  CHECK_C_ERROR(call(&g, 4, 0), MOE_ERROR_INVALID_ARGUMENT, "num_experts");
+  CHECK_C_ERROR(call(&g, 4, 65537), MOE_ERROR_INVALID_ARGUMENT, "num_experts");
+  CHECK_C_ERROR(call(&g, 4, 16, MOE_INT32), MOE_ERROR_UNSUPPORTED, "dtype");
+  CHECK_C_ERROR(call(&g, 4, 16, MOE_INT8), MOE_ERROR_UNSUPPORTED, "dtype");
   moe_dtype_t bad_dtype;
   const int bad = 99;
   std::memcpy(&bad_dtype, &bad, sizeof bad);
-  CHECK_GATING_ERROR(call(&g, 4, 16, bad_dtype), MOE_ERROR_INVALID_ARGUMENT, "dtype");
+  CHECK_C_ERROR(call(&g, 4, 16, bad_dtype), MOE_ERROR_INVALID_ARGUMENT, "dtype");
   moe_gate_t x = g;
   x.topk = 0;
-  CHECK_GATING_ERROR(call(&x), MOE_ERROR_INVALID_ARGUMENT, "topk");
+  CHECK_C_ERROR(call(&x), MOE_ERROR_INVALID_ARGUMENT, "topk");
   x.topk = 17;
-  CHECK_GATING_ERROR(call(&x), MOE_ERROR_INVALID_ARGUMENT, "topk");
+  CHECK_C_ERROR(call(&x), MOE_ERROR_INVALID_ARGUMENT, "topk");
   x = g;
   std::memcpy(&x.score, &bad, sizeof bad);
-  CHECK_GATING_ERROR(call(&x), MOE_ERROR_INVALID_ARGUMENT, "score");
+  CHECK_C_ERROR(call(&x), MOE_ERROR_INVALID_ARGUMENT, "score");
   x = g;
   x.num_groups = 0;
-  CHECK_GATING_ERROR(call(&x), MOE_ERROR_INVALID_ARGUMENT, "num_groups");
+  CHECK_C_ERROR(call(&x), MOE_ERROR_INVALID_ARGUMENT, "num_groups");
   x.num_groups = 3;
-  CHECK_GATING_ERROR(call(&x), MOE_ERROR_INVALID_ARGUMENT, "num_groups");
+  CHECK_C_ERROR(call(&x), MOE_ERROR_INVALID_ARGUMENT, "num_groups");
   x.num_groups = 4;
   x.topk_groups = 0;
-  CHECK_GATING_ERROR(call(&x), MOE_ERROR_INVALID_ARGUMENT, "topk_groups");
+  CHECK_C_ERROR(call(&x), MOE_ERROR_INVALID_ARGUMENT, "topk_groups");
   x.topk_groups = 5;
-  CHECK_GATING_ERROR(call(&x), MOE_ERROR_INVALID_ARGUMENT, "topk_groups");
+  CHECK_C_ERROR(call(&x), MOE_ERROR_INVALID_ARGUMENT, "topk_groups");
   x.topk_groups = 1;
   x.topk = 5;  // one group of 4 experts kept
-  CHECK_GATING_ERROR(call(&x), MOE_ERROR_INVALID_ARGUMENT, "topk");
+  CHECK_C_ERROR(call(&x), MOE_ERROR_INVALID_ARGUMENT, "topk");
   x.topk = 4;
   CHECK(call(&x) == MOE_SUCCESS);
   x = g;
   x.topk_groups = -7;  // ignored without groups
   CHECK(call(&x) == MOE_SUCCESS);
-  CHECK_GATING_ERROR(moe_topk_gating(nullptr, MOE_FLOAT32, 4, 16, &g, ids.data(), w.data(), nullptr),
+  CHECK_C_ERROR(moe_topk_gating(nullptr, MOE_FLOAT32, 4, 16, &g, ids.data(), w.data(), nullptr),
                      MOE_ERROR_INVALID_ARGUMENT, "logits");
-  CHECK_GATING_ERROR(moe_topk_gating(logits.data(), MOE_FLOAT32, 4, 16, &g, nullptr, w.data(), nullptr),
+  CHECK_C_ERROR(moe_topk_gating(logits.data(), MOE_FLOAT32, 4, 16, &g, nullptr, w.data(), nullptr),
                      MOE_ERROR_INVALID_ARGUMENT, "topk_ids");
-  CHECK_GATING_ERROR(moe_topk_gating(logits.data(), MOE_FLOAT32, 4, 16, &g, ids.data(), nullptr, nullptr),
+  CHECK_C_ERROR(moe_topk_gating(logits.data(), MOE_FLOAT32, 4, 16, &g, ids.data(), nullptr, nullptr),
                      MOE_ERROR_INVALID_ARGUMENT, "topk_weights");
-  CHECK_GATING_ERROR(moe_topk_gating(logits.data(), MOE_FLOAT32, 4, 16, &g, ids.data(),
+  CHECK_C_ERROR(moe_topk_gating(logits.data(), MOE_FLOAT32, 4, 16, &g, ids.data(),
                                      reinterpret_cast<float*>(ids.data() + 4), nullptr),
                      MOE_ERROR_INVALID_ARGUMENT, "overlaps");
-  CHECK_GATING_ERROR(moe_topk_gating(logits.data(), MOE_FLOAT32, 4, 16, &g, ids.data(), logits.data() + 8, nullptr),
+  CHECK_C_ERROR(moe_topk_gating(logits.data(), MOE_FLOAT32, 4, 16, &g, ids.data(), logits.data() + 8, nullptr),
                      MOE_ERROR_INVALID_ARGUMENT, "overlaps logits");
   x = g;
   x.correction_bias = w.data();
-  CHECK_GATING_ERROR(call(&x), MOE_ERROR_INVALID_ARGUMENT, "correction_bias");
+  CHECK_C_ERROR(call(&x), MOE_ERROR_INVALID_ARGUMENT, "correction_bias");
   x.correction_bias = bias.data();
   CHECK(call(&x) == MOE_SUCCESS);
-  CHECK_GATING_ERROR(call(&g, std::int64_t{1} << 60, 65536), MOE_ERROR_INVALID_ARGUMENT, "overflows");
+  CHECK_C_ERROR(call(&g, std::int64_t{1} << 60, 65536), MOE_ERROR_INVALID_ARGUMENT, "overflows");
   // the C++ API throws
   try {
     moe::topk_gating(logits.data(), 4, 16, x, ids.data(), w.data());
