@@ -22,7 +22,13 @@ if(MOE_WITH_MPI)
   # The C API of MPI from C++: keep Open MPI's / MPICH's deprecated C++ bindings out (they need libmpi_cxx).
   set(MOE_MPI_C_ONLY OMPI_SKIP_MPICXX=1 MPICH_SKIP_MPICXX=1)
   target_compile_definitions(moe_routing PRIVATE MOE_WITH_MPI=1 ${MOE_MPI_C_ONLY})
-  string(APPEND MOE_PACKAGE_DEPENDENCIES "\nfind_dependency(MPI COMPONENTS C)")
+  # FindMPI's C component needs the C language: a Fortran-only or C++-only consumer of a static build gets it here.
+  string(APPEND MOE_PACKAGE_DEPENDENCIES "\n" [=[
+get_property(_moe_languages GLOBAL PROPERTY ENABLED_LANGUAGES)
+if(NOT "C" IN_LIST _moe_languages)
+  enable_language(C)
+endif()
+find_dependency(MPI COMPONENTS C)]=])
   message(STATUS "moe-routing EP: MPI ${MPI_C_VERSION} (${MPIEXEC_EXECUTABLE})")
 endif()
 
