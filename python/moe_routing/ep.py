@@ -259,7 +259,14 @@ class Comm:
         On NCCL, argument errors stay on the faulty rank (ep.h): the other ranks' transfers wait for it."""
         _need("nccl")
         ptr = _int(nccl_comm, "nccl_comm", 1)
-        ne, er, el = _placement(num_experts, expert_rank, expert_local)
+        try:
+            ne, er, el = _placement(num_experts, expert_rank, expert_local)
+        except Exception:
+            try:  # the other ranks' creation fails too (num_experts 0 travels in the exchanged descriptor)
+                _ext.ep_comm_nccl(ptr, 0, 0, 0)
+            except Error:
+                pass
+            raise
         return cls._wrap(_ext.ep_comm_nccl(ptr, ne, _address(er), _address(el)), None)
 
     @property
