@@ -396,3 +396,21 @@ def test_comm_creation_refusals():
     with pytest.raises(moe_routing.InvalidArgument, match="comm must be an mpi4py communicator"):
         ep.Comm.from_mpi(object(), 8)  # local: no collective was entered
     agree(True)
+
+
+def test_present_slot_without_row_fails_every_rank_after_writing_nan():
+    layer, comm, h = small()
+    h.dispatch_layout(layer.ids[ME])
+    rh, _, ri, _ = h.dispatch(layer.hidden[ME])
+    s, e, p, _, pos = moe_routing.align_block_size_ep(ri, comm.num_local_experts(), 4, with_positions=True)
+    y = moe_routing.permute(rh, s, p, layer.K)
+    present = np.flatnonzero(pos.reshape(-1) >= 0)
+    if not WORLD.bcast(present.size > 0, root=0):
+        pytest.skip("rank 0 holds no present slot")
+    if ME == 0:
+        pos.reshape(-1)[present[0]] = -1  # a present slot of rank 0's experts without its row
+    out = np.zeros((layer.tokens[ME], layer.H), np.float32)
+    raises_everywhere(lambda: h.combine(y, pos, out=out), moe_routing.InvalidArgument, "negative token_positions",
+                      "negative token_positions")
+    src, tok = WORLD.bcast(layer.expected_rows(0)[present[0] // layer.K] if ME == 0 else None, root=0)
+    agree(ME != src or np.all(np.isnan(out[tok])), f"rank {ME}: token {tok}'s output is not NaN: {out[tok][:4]}")
