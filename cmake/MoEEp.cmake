@@ -1,9 +1,23 @@
 # Expert parallelism (moe/ep.h): the engine in core/src/ep/, the backend's steps (backends/<name>/ep_*), and the
 # transports the build options name. Without either option the API still exists and answers UNSUPPORTED.
 #   -DMOE_WITH_MPI=ON   CMake's FindMPI (C++ bindings not needed: the C API of MPI from C++). Any backend; device
-#                       buffers (CUDA/HIP) need a GPU-aware MPI at run time.
+#                       buffers (CUDA/HIP) need a GPU-aware MPI at run time. AUTO: on when FindMPI finds MPI (the
+#                       default of pip builds, SKBUILD, so that `pip install .` gives moe_routing.ep where MPI is).
 #   -DMOE_WITH_NCCL=ON  CUDA backend: nccl.h / libnccl from the CUDA toolkit (or NCCL_ROOT / MOE_NCCL_ROOT).
-option(MOE_WITH_MPI "Expert-parallel dispatch/combine over MPI" OFF)
+set(_moe_mpi_default OFF)
+if(SKBUILD)
+  set(_moe_mpi_default AUTO)
+endif()
+set(MOE_WITH_MPI ${_moe_mpi_default} CACHE STRING "Expert-parallel dispatch/combine over MPI: ON, OFF or AUTO (on if found)")
+if(MOE_WITH_MPI STREQUAL "AUTO")
+  find_package(MPI QUIET COMPONENTS C)
+  if(MPI_C_FOUND)
+    set(MOE_WITH_MPI ON)
+  else()
+    set(MOE_WITH_MPI OFF)
+  endif()
+  message(STATUS "moe-routing EP: MOE_WITH_MPI=AUTO -> ${MOE_WITH_MPI}")
+endif()
 option(MOE_WITH_NCCL "Expert-parallel dispatch/combine over NCCL (CUDA backend)" OFF)
 
 set(moe_ep_sources
@@ -30,6 +44,14 @@ if(NOT "C" IN_LIST _moe_languages)
 endif()
 find_dependency(MPI COMPONENTS C)]=])
   message(STATUS "moe-routing EP: MPI ${MPI_C_VERSION} (${MPIEXEC_EXECUTABLE})")
+  # mpiexec flags of the multi-rank tests (tests/ep, python): Open MPI needs --oversubscribe for more ranks than
+  # cores, and (as root, e.g. in CI containers) permission to run as root; MPICH needs neither and rejects them.
+  set(MOE_MPIEXEC_EXTRA_FLAGS "" CACHE STRING "extra mpiexec flags for the EP tests (Open MPI: detected)")
+  set(MOE_MPIEXEC_FLAGS ${MOE_MPIEXEC_EXTRA_FLAGS})
+  execute_process(COMMAND ${MPIEXEC_EXECUTABLE} --version OUTPUT_VARIABLE _moe_mpiexec_version ERROR_QUIET)
+  if(_moe_mpiexec_version MATCHES "Open MPI|OpenRTE" AND NOT MOE_MPIEXEC_EXTRA_FLAGS)
+    list(APPEND MOE_MPIEXEC_FLAGS --oversubscribe --allow-run-as-root)
+  endif()
 endif()
 
 if(MOE_WITH_NCCL)

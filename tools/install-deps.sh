@@ -8,7 +8,8 @@
 # KOKKOS:   libtrilinos-kokkos-dev              Kokkos 3.4 (Serial)
 # HIP:      hipcc libamdhip64-dev rocm-device-libs   HIP 5.2 / clang-15 (AMD targets)
 # CUDA:     nothing from Debian: the CUDA toolkit (nvcc) is installed separately; the build finds it
-# From PyPI, for python3 (the Python package in python/ and its tests): nanobind, scikit-build-core, numpy, pytest.
+# From PyPI, for python3 (the Python package in python/ and its tests): nanobind, scikit-build-core, numpy, pytest,
+#           mpi4py (moe_routing.ep's multi-rank tests, python_ep_mpi_np*; a wheel, on the Open MPI above).
 # charts:   python3-matplotlib                  perf/plot_results.py only
 set -euo pipefail
 pkgs=(cmake ninja-build g++ gfortran doctest-dev openmpi-bin libopenmpi-dev)
@@ -31,6 +32,6 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -q
   $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
-if command -v python3 >/dev/null && ! python3 -c "import nanobind, scikit_build_core, numpy, pytest" 2>/dev/null; then
-  python3 -m pip install --quiet "nanobind>=2" "scikit-build-core>=0.10" numpy pytest
+if command -v python3 >/dev/null && ! python3 -c "import nanobind, scikit_build_core, numpy, pytest, mpi4py" 2>/dev/null; then
+  python3 -m pip install --quiet "nanobind>=2" "scikit-build-core>=0.10" numpy pytest mpi4py
 fi

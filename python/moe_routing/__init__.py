@@ -7,6 +7,7 @@ arrays on the current device. Every operation checks its arrays and raises :clas
 with the host. ``moe_routing.torch`` registers the operations as PyTorch custom operators
 (``torch.ops.moe_routing.*``) for ``torch.compile`` and CUDA graphs, and offers vLLM's ``moe_align_block_size``.
 The semantics of each operation are those of the C API, documented in ``core/include/moe/routing.h``.
+``moe_routing.ep`` moves tokens between ranks for expert parallelism (``core/include/moe/ep.h``).
 """
 
 from ._errors import BackendError, Error, InvalidArgument, NotAvailable, Unsupported
@@ -24,6 +25,7 @@ from ._api import (
 )
 from ._api import *  # noqa: F401,F403  (the operations this build has: see _api.__all__)
 from ._api import __all__ as _ops_all
+from . import ep  # expert parallelism across ranks: moe_routing.ep.Comm.from_mpi, Handle (moe/ep.h)
 
 __version__ = "0.1.0"
 

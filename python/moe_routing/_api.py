@@ -53,8 +53,16 @@ def backend_check():
     _ext.backend_check()
 
 
+_EP_TRANSPORTS = {"ep_mpi": 0, "ep_nccl": 1}
+
+
 def available(op):
-    """Whether operation `op` (e.g. 'permute') is in this build."""
+    """Whether operation `op` (e.g. 'permute') is in this build; 'ep': moe_routing.ep's bindings, 'ep_mpi' /
+    'ep_nccl': its communicators over that transport (the library built with MOE_WITH_MPI / MOE_WITH_NCCL)."""
+    if op == "ep":
+        return hasattr(_ext, "EpHandle")
+    if op in _EP_TRANSPORTS:
+        return hasattr(_ext, "ep_transport_available") and bool(_ext.ep_transport_available(_EP_TRANSPORTS[op]))
     return hasattr(_ext, _OPS.get(op, op))
 
 

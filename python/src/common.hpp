@@ -70,5 +70,8 @@ void register_data_path(nb::module_& m);
 #ifdef MOE_PY_HAS_GATING
 void register_gating(nb::module_& m);
 #endif
+#ifdef MOE_PY_HAS_EP
+void register_ep(nb::module_& m);
+#endif
 
 }  // namespace moe_py

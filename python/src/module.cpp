@@ -353,4 +353,7 @@ NB_MODULE(_ext, m) {
 #ifdef MOE_PY_HAS_GATING
   moe_py::register_gating(m);
 #endif
+#ifdef MOE_PY_HAS_EP
+  moe_py::register_ep(m);
+#endif
 }
