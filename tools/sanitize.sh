@@ -20,7 +20,7 @@ export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 
 configure() {  # backend, sanitizers, build dir
   cmake -S "$here" -B "$3" -G Ninja -DMOE_BACKEND="$1" -DMOE_SANITIZE="$2" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-        -DMOE_BUILD_PERF=OFF -DMOE_WARNINGS_AS_ERRORS=ON >/dev/null
+        -DMOE_BUILD_PERF=OFF -DMOE_BUILD_PYTHON=OFF -DMOE_WARNINGS_AS_ERRORS=ON >/dev/null
 }
 
 for job in "${jobs[@]}"; do

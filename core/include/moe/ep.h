@@ -107,8 +107,20 @@ extern "C" {
 typedef struct moe_ep_comm_s* moe_ep_comm_t;
 typedef struct moe_ep_handle_s* moe_ep_handle_t;
 
-typedef enum { MOE_EP_TRANSPORT_MPI = 0, MOE_EP_TRANSPORT_NCCL = 1 } moe_ep_transport_t;
-typedef enum { MOE_EP_EXACT = 0, MOE_EP_CAPACITY = 1 } moe_ep_mode_t;
+/* The *_FORCE_INT32_* enumerators are not values to pass: they make every int32 a value of the type (C++ range
+ * rules), so any int a C or Fortran caller passes is defined behaviour; unknown values are INVALID_ARGUMENT. */
+typedef enum {
+  MOE_EP_TRANSPORT_MPI = 0,
+  MOE_EP_TRANSPORT_NCCL = 1,
+  MOE_EP_TRANSPORT_FORCE_INT32_MIN_ = -0x7FFFFFFF - 1,
+  MOE_EP_TRANSPORT_FORCE_INT32_MAX_ = 0x7FFFFFFF
+} moe_ep_transport_t;
+typedef enum {
+  MOE_EP_EXACT = 0,
+  MOE_EP_CAPACITY = 1,
+  MOE_EP_MODE_FORCE_INT32_MIN_ = -0x7FFFFFFF - 1,
+  MOE_EP_MODE_FORCE_INT32_MAX_ = 0x7FFFFFFF
+} moe_ep_mode_t;
 
 /* 1 when this build has the transport (MOE_WITH_MPI / MOE_WITH_NCCL), else 0. */
 int moe_ep_transport_available(moe_ep_transport_t transport);

@@ -282,7 +282,13 @@ moe_status_t moe_permute(const void* hidden, moe_dtype_t dtype, int64_t num_toke
  * (MOE_ERROR_UNSUPPORTED) or not a moe_dtype_t value. num_tokens == 0 or hidden == 0 is a no-op (dtype, sizes
  * and layout are still checked; NULL pointers accepted).
  * -------------------------------------------------------------------------------------------------------*/
-typedef enum { MOE_ROWS_FLAT = 0, MOE_ROWS_PERMUTED = 1 } moe_rows_layout_t;
+typedef enum {
+  MOE_ROWS_FLAT = 0,
+  MOE_ROWS_PERMUTED = 1,
+  /* not layouts: every int32 is a value of the type (C++ range rules); any other value is INVALID_ARGUMENT */
+  MOE_ROWS_FORCE_INT32_MIN_ = -0x7FFFFFFF - 1,
+  MOE_ROWS_FORCE_INT32_MAX_ = 0x7FFFFFFF
+} moe_rows_layout_t;
 moe_status_t moe_combine(const void* rows, moe_dtype_t dtype, moe_rows_layout_t layout, int64_t num_tokens,
                          int32_t topk, int64_t hidden, const int32_t* token_positions, const float* topk_weights,
                          float scale, void* output, void* stream);
@@ -354,7 +360,14 @@ moe_status_t moe_combine(const void* rows, moe_dtype_t dtype, moe_rows_layout_t 
  * an integer dtype (MOE_ERROR_UNSUPPORTED). num_tokens == 0 is valid and writes nothing. Any
  * routed_scaling_factor is accepted (applied as is). The bias values are never checked (NaN ranks as above).
  * -------------------------------------------------------------------------------------------------------*/
-typedef enum { MOE_SCORE_SOFTMAX = 0, MOE_SCORE_SIGMOID = 1, MOE_SCORE_SOFTMAX_TOPK = 2 } moe_score_t;
+typedef enum {
+  MOE_SCORE_SOFTMAX = 0,
+  MOE_SCORE_SIGMOID = 1,
+  MOE_SCORE_SOFTMAX_TOPK = 2,
+  /* not scores: every int32 is a value of the type (C++ range rules); any other value is INVALID_ARGUMENT */
+  MOE_SCORE_FORCE_INT32_MIN_ = -0x7FFFFFFF - 1,
+  MOE_SCORE_FORCE_INT32_MAX_ = 0x7FFFFFFF
+} moe_score_t;
 typedef struct {
   int32_t topk;                  /* experts chosen per token, >= 1 */
   moe_score_t score;             /* softmax over all experts of a token, or sigmoid of each logit */
