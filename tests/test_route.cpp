@@ -20,7 +20,7 @@ struct RouteOut {
 
 std::vector<std::uint32_t> bits_of(const std::vector<float>& w) {
   std::vector<std::uint32_t> b(w.size());
-  std::memcpy(b.data(), w.data(), w.size() * 4);
+  if (!w.empty()) std::memcpy(b.data(), w.data(), w.size() * 4);  // no memcpy of NULL, even of 0 bytes
   return b;
 }
 
