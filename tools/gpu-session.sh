@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# A whole GPU session from binaries built here: pack them small (the device call carries at most 64 MiB), then run
+# every check by priority inside the device's 10-minute call limit, logs in one tarball under $OUT.
+#   here:   tools/gpu-session.sh pack CUDA_BUILD [HIPNV_BUILD] [BASE_BUILD]   -> .device/pkg/*.tar.xz (ignored)
+#           CUDA_BUILD: -DMOE_BACKEND=CUDA -DMOE_CUDA_ARCHITECTURES=90 -DMOE_WITH_NCCL=ON; HIPNV_BUILD:
+#           -DMOE_BACKEND=HIP -DMOE_HIP_PLATFORM=NVIDIA; BASE_BUILD: an older CUDA build's perf/moe_bench (A/B)
+#   there:  BUDGET=570 bash tools/gpu-session.sh run PART...   (carry .device; .peers too for the peer harness)
+#   PART: ONE  everything by priority in one call (tests, A/B, memcheck, benches, portable caps, racecheck, peers)
+#         T    tests on every path, portable caps, HIP-on-NVIDIA, fuzz, NCCL EP, then T2's sanitizers (T1 / T2)
+#         P    same-run A/B against the base build (targets, sum, twice interleaved), the new operations' benches
+#         PY   the Python package on the GPU (tools/build-python-gpu.sh)
+# Steps past BUDGET seconds are skipped, not cut; the tarball is rewritten after each group.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+D=.device
+if [ "${1:-}" = pack ]; then
+  shift
+  stage=$(mktemp -d); mkdir -p $D/pkg
+  put() {  # name, files...: strip into $stage/name/<tests|perf>/, then one xz tarball
+    local name=$1; shift
+    for f in "$@"; do
+      [ -f "$f" ] || { echo "missing $f"; continue; }
+      local sub; sub=$(basename "$(dirname "$f")"); [ "$sub" = ep ] && sub=tests
+      mkdir -p "$stage/$name/$sub" && cp "$f" "$stage/$name/$sub/" && strip "$stage/$name/$sub/$(basename "$f")"
+    done
+    tar cJf "$D/pkg/$name.tar.xz" -C "$stage" "$name" && echo "$D/pkg/$name.tar.xz: $(stat -c %s "$D/pkg/$name.tar.xz") bytes"
+  }
+  c=$1
+  put cuda $c/tests/moe_tests $c/tests/moe_fuzz_c_api $c/tests/ep/test_ep_nccl $c/tests/moe_example_layer \
+    $c/perf/moe_bench $c/perf/moe_bench_align_ep $c/perf/moe_bench_datapath $c/perf/moe_bench_gating
+  [ -n "${2:-}" ] && put hipnv "$2/tests/moe_tests"
+  [ -n "${3:-}" ] && put base "$3/perf/moe_bench"
+  rm -rf "$stage"; exit 0
+fi
+[ "${1:-}" = run ] && shift
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1  # never NVLink multicast
+out=${OUT:-/tmp/out}; mkdir -p "$out/logs"
+nccl_lib=$(python3 -c "import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], 'lib'))" 2>/dev/null)
+export LD_LIBRARY_PATH=${nccl_lib}:${LD_LIBRARY_PATH:-}
+for f in $D/pkg/*.tar.xz; do tar xJf "$f" -C $D || echo "unpack $f failed"; done
+pack() { tar czf "$out/run-$1.tgz" -C "$out" logs 2>/dev/null; }
+step() {  # name timeout command...
+  local name=$1 limit=$2; shift 2
+  local left=$(( ${BUDGET:-570} - SECONDS ))  # the whole call stays inside the device's 10-minute limit
+  [ $left -lt $limit ] && limit=$left
+  if [ $limit -lt 5 ]; then echo "== $name skipped: no time left"; return; fi
+  local t0=$SECONDS
+  timeout "$limit" "$@" > "$out/logs/$name.log" 2>&1; local rc=$?
+  echo "== $name rc=$rc $((SECONDS - t0))s :: $(tail -n 2 "$out/logs/$name.log" | tr '\n' ' ' | cut -c1-230)"
+}
+for part in "$@"; do
+  case $part in
+  ONE)  # everything in one call, by priority; later steps skipped when the budget runs out
+    mkdir -p "$out/logs/csv"
+    step info 20 bash -c 'nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv; echo nccl=$LD_LIBRARY_PATH'
+    step cuda-tests 120 $D/cuda/tests/moe_tests
+    step hipnv-tests 90 $D/hipnv/tests/moe_tests
+    step ep-nccl 30 $D/cuda/tests/test_ep_nccl
+    step example-layer 20 $D/cuda/tests/moe_example_layer
+    pack ONE
+    step base-targets-1 40 $D/base/perf/moe_bench --suite targets --csv "$out/logs/csv/base-targets-1.csv"
+    step new-targets-1 40 $D/cuda/perf/moe_bench --suite targets --csv "$out/logs/csv/new-targets-1.csv"
+    step base-targets-2 40 $D/base/perf/moe_bench --suite targets --csv "$out/logs/csv/base-targets-2.csv"
+    step new-targets-2 40 $D/cuda/perf/moe_bench --suite targets --csv "$out/logs/csv/new-targets-2.csv"
+    pack ONE
+    MOE_TEST_PATHS=policy step memcheck-new 90 compute-sanitizer --tool memcheck --error-exitcode 9 $D/cuda/tests/moe_tests -tc='permute*,combine*,gating*,align_ep*,route*,reliability*,graph*,golden*' -tce='*GiB*,*large*'
+    pack ONE
+    step bench-align-ep 40 $D/cuda/perf/moe_bench_align_ep --csv "$out/logs/csv/align-ep.csv"
+    step bench-datapath 60 $D/cuda/perf/moe_bench_datapath --quick --csv "$out/logs/csv/datapath.csv"
+    step bench-gating 50 $D/cuda/perf/moe_bench_gating --dtype bf16 --csv "$out/logs/csv/gating.csv"
+    pack ONE
+    step cuda-portable 60 $D/cuda/tests/moe_tests --caps=portable
+    step base-sum-1 30 $D/base/perf/moe_bench --suite sum --quick --csv "$out/logs/csv/base-sum-1.csv"
+    step new-sum-1 30 $D/cuda/perf/moe_bench --suite sum --quick --csv "$out/logs/csv/new-sum-1.csv"
+    MOE_TEST_PATHS=policy step racecheck-new 60 compute-sanitizer --tool racecheck --racecheck-report all --error-exitcode 9 $D/cuda/tests/moe_tests -tc='permute*,combine*,gating*,align_ep*,golden*'
+    pack ONE
+    left=$(( ${BUDGET:-570} - SECONDS - 15 ))
+    if [ $left -gt 60 ]; then OUT="$out/logs" BUDGET=$left bash .peers/harness/run.sh bench:gating,datapath,align_ep,route --quick > "$out/logs/peers-run.log" 2>&1; echo "== peers rc=$? :: $(tail -n 3 "$out/logs/peers-run.log" | tr '\n' ' ' | cut -c1-200)"; fi
+    pack ONE ;;
+  T|T1)
+    step info 30 bash -c 'nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv; ls $D; echo nccl=$LD_LIBRARY_PATH'
+    step cuda-tests 150 $D/cuda/tests/moe_tests
+    step cuda-portable 120 $D/cuda/tests/moe_tests --caps=portable
+    step cuda-fuzz 60 $D/cuda/tests/moe_fuzz_c_api 20000
+    step ep-nccl 60 $D/cuda/tests/test_ep_nccl
+    step hipnv-tests 120 $D/hipnv/tests/moe_tests
+    step hipnv-portable 100 $D/hipnv/tests/moe_tests --caps=portable
+    pack T ;;&
+  T|T2)
+    export MOE_TEST_PATHS=policy
+    step memcheck 200 compute-sanitizer --tool memcheck --error-exitcode 9 $D/cuda/tests/moe_tests -tce='large*,*million*,catalogue*'
+    step memcheck-reliab 60 compute-sanitizer --tool memcheck --error-exitcode 9 $D/cuda/tests/moe_tests -tc='reliability*,types*,threads*' -tce='*GiB*'
+    step memcheck-fuzz 60 compute-sanitizer --tool memcheck --error-exitcode 9 $D/cuda/tests/moe_fuzz_c_api 2000
+    pack T
+    unset MOE_TEST_PATHS
+    step racecheck 120 compute-sanitizer --tool racecheck --racecheck-report all --error-exitcode 9 $D/cuda/tests/moe_tests -tc='golden*,graph*,random: numel*,random: expert counts*,random: sizes*,adversarial*,permute*,combine*,gating*,align_ep*'
+    step synccheck 90 compute-sanitizer --tool synccheck --error-exitcode 9 $D/cuda/tests/moe_tests -tc='golden*,graph*,router*,stream order*,random: expert counts*,random: sizes*,gating*,topk*'
+    pack T ;;
+  P)
+    mkdir -p "$out/logs/csv"
+    for r in 1 2; do
+      step base-targets-$r 90 $D/base/perf/moe_bench --suite targets --csv "$out/logs/csv/base-targets-$r.csv"
+      step new-targets-$r 90 $D/cuda/perf/moe_bench --suite targets --csv "$out/logs/csv/new-targets-$r.csv"
+      step base-sum-$r 90 $D/base/perf/moe_bench --suite sum --quick --csv "$out/logs/csv/base-sum-$r.csv"
+      step new-sum-$r 90 $D/cuda/perf/moe_bench --suite sum --quick --csv "$out/logs/csv/new-sum-$r.csv"
+      pack P
+    done
+    step bench-align-ep 90 $D/cuda/perf/moe_bench_align_ep --csv "$out/logs/csv/align-ep.csv"
+    step bench-datapath 120 $D/cuda/perf/moe_bench_datapath --csv "$out/logs/csv/datapath.csv"
+    step bench-gating 120 $D/cuda/perf/moe_bench_gating --dtype all --csv "$out/logs/csv/gating.csv"
+    pack P
+    pack P ;;
+  PY)
+    step python 400 tools/build-python-gpu.sh
+    cp -r python-gpu-out "$out/logs/" 2>/dev/null
+    pack PY ;;
+  esac
+done
