@@ -49,17 +49,20 @@ C = ctypes
 MISSING = []
 
 
-def _load(name):
+def _load(name, required=True):
     path = os.path.join(HERE, "bin", name)
     try:
         return C.CDLL(path)
     except OSError as ex:
+        if not required:  # without the peers' library: the project and torch only, peer columns n/a
+            log("WARNING: cannot load %s (%s): peer kernels skipped" % (path, ex))
+            return None
         log("FATAL: cannot load %s: %s" % (path, ex))
         sys.exit(3)
 
 
 proj = _load("libmoe_routing.so")
-peers = _load("libpeers.so")
+peers = _load("libpeers.so", required=False)
 
 
 class _Missing:
