@@ -194,14 +194,78 @@ void align_ids(const detail::AlignShape& s, const detail::AlignArgs& a, const Pl
       });
 }
 
+// Host spaces (Kokkos::Serial, OpenMP, Threads): the classic stable counting sort, in two parallel passes over
+// the same fixed segments (kHostSegments of them, so the workspace is still a function of the shape):
+//   count    RangePolicy over segments: each segment walks its ids in order into its own row of counters
+//            (table[segment * E + expert]; no atomics, no team scratch);
+//   scan     on the calling thread, after a fence: per expert, each segment's row entry becomes its first
+//            write position (expert start + the earlier segments' counts); expert_ids, padding, tail and the
+//            padded total are written here too (O(E * segments + max_blocks + padding), small next to numel);
+//   scatter  RangePolicy over segments: each segment walks its ids in order again, id i to its row's next
+//            position: stable by slot index, so the layout is the reference's, bit for bit.
+// The GPU path's rank array, totals and starts regions of the plan are left unused.
+template <class IdT>
+void align_ids_host(const detail::AlignShape& s, const detail::AlignArgs& a, const Plan& p, const Exec& exec) {
+  const IdT* ids = static_cast<const IdT*>(a.topk_ids);
+  std::int32_t* table = reinterpret_cast<std::int32_t*>(static_cast<char*>(a.workspace) + p.table);
+  std::int32_t* sorted = a.sorted_token_ids;
+  std::int32_t* expert_ids = a.expert_ids;
+  const std::int64_t n = s.numel, segment = p.segment, S = p.segments;
+  const std::int32_t E = s.num_experts, bs = s.block_size, sentinel = static_cast<std::int32_t>(s.numel);
+  using Range = Kokkos::RangePolicy<Exec, Kokkos::IndexType<std::int64_t>, Kokkos::Schedule<Kokkos::Static>>;
+
+  Kokkos::parallel_for(
+      "moe::align::host_count", Range(exec, 0, S), KOKKOS_LAMBDA(const std::int64_t seg) {
+        std::int32_t* row = table + seg * E;
+        for (std::int32_t e = 0; e < E; ++e) row[e] = 0;
+        const std::int64_t begin = seg * segment, end = begin + segment < n ? begin + segment : n;
+        for (std::int64_t i = begin; i < end; ++i) {
+          const auto v = static_cast<std::int64_t>(ids[i]);
+          if (v >= 0 && v < E) ++row[v];
+        }
+      });
+  exec.fence();
+
+  std::int64_t pos = 0;  // < max_padded < 2^31
+  for (std::int32_t e = 0; e < E; ++e) {
+    std::int32_t count = 0;
+    for (std::int64_t seg = 0; seg < S; ++seg) {
+      std::int32_t& slot = table[seg * E + e];
+      const std::int32_t c = slot;
+      slot = static_cast<std::int32_t>(pos) + count;
+      count += c;
+    }
+    const std::int64_t padded = layout::round_up(count, bs);
+    std::fill(expert_ids + pos / bs, expert_ids + (pos + padded) / bs, e);
+    std::fill(sorted + pos + count, sorted + pos + padded, sentinel);
+    pos += padded;
+  }
+  std::fill(expert_ids + pos / bs, expert_ids + s.max_blocks, -1);
+  std::fill(sorted + pos, sorted + s.max_padded, sentinel);
+  *a.num_tokens_post_pad = static_cast<std::int32_t>(pos);
+
+  Kokkos::parallel_for(
+      "moe::align::host_scatter", Range(exec, 0, S), KOKKOS_LAMBDA(const std::int64_t seg) {
+        std::int32_t* row = table + seg * E;
+        const std::int64_t begin = seg * segment, end = begin + segment < n ? begin + segment : n;
+        for (std::int64_t i = begin; i < end; ++i) {
+          const auto v = static_cast<std::int64_t>(ids[i]);
+          if (v >= 0 && v < E) sorted[row[v]++] = static_cast<std::int32_t>(i);
+        }
+      });
+}
+
 }  // namespace kokkos
 
 namespace backend {
 
 std::size_t align_workspace_size(const detail::AlignShape& shape) { return kokkos::make_plan(shape).bytes; }
 
-// One path: the four kernels above (team ranking, row scans, expert starts, scatter and fill).
-std::vector<std::string> align_paths(const detail::AlignShape&, moe_dtype_t) { return {"kokkos_four_kernels"}; }
+// One path per build: the four kernels above on GPU spaces (team ranking, row scans, expert starts, scatter and
+// fill); the counting sort of align_ids_host on host spaces.
+std::vector<std::string> align_paths(const detail::AlignShape&, moe_dtype_t) {
+  return {kokkos::kHostSpace ? "kokkos_host_counting" : "kokkos_four_kernels"};
+}
 
 void align(const detail::AlignShape& shape, const detail::AlignArgs& args, void* stream) {
   kokkos::ensure_initialized();
@@ -215,7 +279,8 @@ void align(const detail::AlignShape& shape, const detail::AlignArgs& args, void*
     return;
   }
   detail::dispatch_id_type(args.id_type, [&](auto tag) {
-    kokkos::align_ids<decltype(tag)>(shape, args, plan, exec);
+    if constexpr (kokkos::kHostSpace) kokkos::align_ids_host<decltype(tag)>(shape, args, plan, exec);
+    else kokkos::align_ids<decltype(tag)>(shape, args, plan, exec);
   });
 }
 

@@ -1,4 +1,5 @@
-// moe_sum with Kokkos: 16 bytes of outputs (or one element) per index of a flat parallel_for, topk adds in order in fp32 with
+// moe_sum with Kokkos: on GPU spaces 16 bytes of outputs (or one element) per index of a flat parallel_for (host
+// spaces: sum_host, chunks of a token's row), topk adds in order in fp32 with
 // the scalar rules of numeric.hpp (compiled for host and device alike, so every space gives the same bits).
 #include <type_traits>
 
@@ -43,12 +44,46 @@ void sum_run(const detail::SumShape& s, const void* input, void* output, const E
       });
 }
 
+// Host spaces: one index per (token, chunk of kHostChunk outputs); the chunk's fp32 accumulators on the stack,
+// topk passes over contiguous values (loops the compiler vectorises; the per-index Pack loop above it did not).
+// The same adds in the same order from the same 0, so the same bits.
+constexpr std::int64_t kHostChunk = 512;
+
+template <class Traits>
+void sum_host(const detail::SumShape& s, const void* input, void* output, const Exec& exec) {
+  using storage = typename Traits::storage;
+  const storage* in = static_cast<const storage*>(input);
+  storage* out = static_cast<storage*>(output);
+  const std::int64_t hidden = s.hidden, chunks = (hidden + kHostChunk - 1) / kHostChunk;
+  const std::int32_t topk = s.topk;
+  Kokkos::parallel_for(
+      "moe::sum::host", Kokkos::RangePolicy<Exec, Kokkos::IndexType<std::int64_t>>(exec, 0, s.num_tokens * chunks),
+      KOKKOS_LAMBDA(const std::int64_t j) {
+        const std::int64_t t = j / chunks, h0 = (j - t * chunks) * kHostChunk;
+        const std::int64_t len = hidden - h0 < kHostChunk ? hidden - h0 : kHostChunk;
+        const storage* x = in + t * topk * hidden + h0;
+        float acc[kHostChunk];
+        for (std::int64_t h = 0; h < len; ++h) acc[h] = 0.0f;
+        for (std::int32_t k = 0; k < topk; ++k) {
+          const storage* xk = x + k * hidden;
+          for (std::int64_t h = 0; h < len; ++h) acc[h] = acc[h] + Traits::load(xk[h]);
+        }
+        storage* o = out + t * hidden + h0;
+        for (std::int64_t h = 0; h < len; ++h) o[h] = Traits::store(acc[h]);
+      });
+}
+
 template <class Traits>
 void sum_values(const detail::SumShape& s, const void* input, void* output, const Exec& exec) {
-  constexpr int C = Pack<typename Traits::storage>::kCount;
-  const bool aligned = (reinterpret_cast<std::uintptr_t>(input) | reinterpret_cast<std::uintptr_t>(output)) % 16 == 0;
-  if (aligned && s.hidden % C == 0) sum_run<Traits, C>(s, input, output, exec);
-  else sum_run<Traits, 1>(s, input, output, exec);
+  if constexpr (Kokkos::SpaceAccessibility<Kokkos::HostSpace, Memory>::accessible) {
+    sum_host<Traits>(s, input, output, exec);
+  } else {
+    constexpr int C = Pack<typename Traits::storage>::kCount;
+    const bool aligned =
+        (reinterpret_cast<std::uintptr_t>(input) | reinterpret_cast<std::uintptr_t>(output)) % 16 == 0;
+    if (aligned && s.hidden % C == 0) sum_run<Traits, C>(s, input, output, exec);
+    else sum_run<Traits, 1>(s, input, output, exec);
+  }
 }
 
 }  // namespace kokkos

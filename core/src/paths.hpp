@@ -15,7 +15,8 @@ namespace backend {
 
 // The paths of align_block_size that can run `shape` with ids of `id_type` on this build and the current device,
 // within this thread's caps limits (ScopedForcedCaps); the first is the one a call takes unless one is forced.
-// Never empty. CPU: {"reference"}; Kokkos: {"kokkos_four_kernels"}; CUDA/HIP: backends/cuda_hip/align_policy.hpp.
+// Never empty. CPU: {"reference"}; Kokkos: {"kokkos_four_kernels"} on GPU spaces, {"kokkos_host_counting"} on
+// host spaces; CUDA/HIP: backends/cuda_hip/align_policy.hpp.
 std::vector<std::string> align_paths(const detail::AlignShape& shape, moe_dtype_t id_type);
 
 }  // namespace backend
