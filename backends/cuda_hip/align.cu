@@ -54,7 +54,7 @@ std::vector<std::string> path_names(const detail::AlignShape& shape, const Align
 // The policy's choice, or the forced path (paths.hpp) where it applies.
 AlignPolicy policy_for_this_call(const detail::AlignShape& shape, const AlignCaps& caps) {
   if (detail::forced_path(detail::kAlignOperation) == nullptr) return gpu::select_align_policy(shape, caps);
-  const std::string& name = detail::take_path(
+  const std::string name = detail::take_path(
       detail::kAlignOperation, path_names(shape, caps),
       "numel " + std::to_string(shape.numel) + ", num_experts " + std::to_string(shape.num_experts));
   for (AlignPath p : gpu::kAllAlignPaths)

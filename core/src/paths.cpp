@@ -45,8 +45,7 @@ const std::string* forced_path(const char* operation) {
   return e == nullptr ? nullptr : &e->second;
 }
 
-const std::string& take_path(const char* operation, const std::vector<std::string>& applicable,
-                             const std::string& shape) {
+std::string take_path(const char* operation, const std::vector<std::string>& applicable, const std::string& shape) {
   const std::string* forced = forced_path(operation);
   if (forced == nullptr) return applicable.front();
   const auto it = std::find(applicable.begin(), applicable.end(), *forced);

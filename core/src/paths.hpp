@@ -48,8 +48,7 @@ const std::string* forced_path(const char* operation);
 
 // For backends: the path to take among `applicable` (the backend's choice first), the forced one if set;
 // throws MOE_ERROR_UNSUPPORTED where the forced path is not among them. `shape` names the call in the error.
-const std::string& take_path(const char* operation, const std::vector<std::string>& applicable,
-                             const std::string& shape);
+std::string take_path(const char* operation, const std::vector<std::string>& applicable, const std::string& shape);
 
 // What a GPU backend may use at most, whatever the device has (it never uses more than the device has); host
 // backends ignore it. portable(): what HIP on AMD has (no thread-block clusters, no dependent launch), so that

@@ -37,9 +37,13 @@ Residency residency(const Count& count) {
   return r;
 }
 
-// A query the runtime refuses is an answer (none resident), not an error of a later call.
-inline int answer(error_t e, int n) {
-  if (e == kSuccess) return n;
+// What the runtime answers into n, or 0 where it refuses the query (an answer, not an error of a later call).
+// The query runs before n is read: passed next to n as two arguments, n could be read first (C++ leaves the
+// order of arguments unspecified; GCC reads right to left), and every residency was 0.
+template <class Query>
+int answer(const Query& query) {
+  int n = 0;
+  if (query(&n) == kSuccess) return n;
   (void)get_last_error();
   return 0;
 }
@@ -47,8 +51,7 @@ inline int answer(error_t e, int n) {
 template <class Kernel>
 Residency blocks_per_sm(Kernel kernel, int warps) {
   return residency([&](std::int32_t experts) {
-    int n = 0;
-    return answer(max_active_blocks(&n, kernel, kThreads, resident_smem_bytes(warps, experts)), n);
+    return answer([&](int* n) { return max_active_blocks(n, kernel, kThreads, resident_smem_bytes(warps, experts)); });
   });
 }
 
@@ -56,11 +59,11 @@ Residency blocks_per_sm(Kernel kernel, int warps) {
 template <class Kernel>
 auto clusters_of(Kernel kernel, unsigned cluster, int warps, bool able) {
   const void* k = reinterpret_cast<const void*>(kernel);
-  int ptx = 0;
-  able = able && answer(ptx_version(&ptx, k), 1) == 1 && ptx >= 90;  // below sm_90 code its body is a trap
+  able = able && answer([&](int* ptx) { return ptx_version(ptx, k); }) >= 90;  // below sm_90 its body is a trap
   return [=](std::int32_t experts) {
-    int n = 0;
-    return able ? answer(max_active_clusters(&n, k, cluster, kThreads, resident_smem_bytes(warps, experts)), n) : 0;
+    if (!able) return 0;
+    const std::size_t smem = resident_smem_bytes(warps, experts);
+    return answer([&](int* n) { return max_active_clusters(n, k, cluster, kThreads, smem); });
   };
 }
 
@@ -89,10 +92,9 @@ AlignCaps query_align_caps() {
     }
   }
   // the dependent launch also needs the kernels built for it (all of this file's are built alike)
-  int ptx = 0;
-  c.device.dependent_launch = c.device.dependent_launch &&
-                              answer(ptx_version(&ptx, reinterpret_cast<const void*>(grid_kernel<1, Src>)), 1) == 1 &&
-                              ptx >= 90;
+  const void* grid1 = reinterpret_cast<const void*>(grid_kernel<1, Src>);
+  c.device.dependent_launch =
+      c.device.dependent_launch && answer([&](int* ptx) { return ptx_version(ptx, grid1); }) >= 90;
   return c;
 }
 
