@@ -4,6 +4,8 @@
 # torch and CuPy (and JAX) arrays, then tools/python_gpu_check.py (overhead, no host sync, graphs, compile).
 # Logs go to $OUT (or ./python-gpu-out).
 #   tools/build-python-gpu.sh [extra pip -C options...]
+#   WHEEL=path.whl tools/build-python-gpu.sh   installs a cp312 wheel built elsewhere (tools/gpu-session.sh pack
+#                                              makes one) instead of building here: the device's minutes go to tests
 set -uo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$PWD/python-gpu-out}; mkdir -p "$out"
@@ -23,9 +25,13 @@ step() {  # name, command...: log to $out/name.log, print the tail
 }
 step versions bash -c "$PY --version; $PY -c 'import torch, nanobind, scikit_build_core; print(\"torch\", torch.__version__, \"nanobind\", nanobind.__version__, \"scikit-build-core\", scikit_build_core.__version__)'; $PY -c 'import cupy; print(\"cupy\", cupy.__version__)'; $PY -c 'import jax; print(\"jax\", jax.__version__)'; cmake --version | head -1; ninja --version; nvcc --version | tail -1; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader"
 cd "$here"
-step build "$PY" -m pip install --no-build-isolation --no-deps -v . \
-  -C cmake.define.MOE_BACKEND=CUDA -C cmake.define.MOE_CUDA_ARCHITECTURES=90 -C build-dir=build-pygpu "$@" \
-  || exit 1
+if [ -n "${WHEEL:-}" ]; then
+  step install "$PY" -m pip install --no-deps --force-reinstall "$WHEEL" || exit 1
+else
+  step build "$PY" -m pip install --no-build-isolation --no-deps -v . \
+    -C cmake.define.MOE_BACKEND=CUDA -C cmake.define.MOE_CUDA_ARCHITECTURES=90 -C build-dir=build-pygpu "$@" \
+    || exit 1
+fi
 cd /tmp
 step backend "$PY" -c "import moe_routing as m; print(m.backend_name()); m.backend_check(); print([o for o in ('align_block_size_ep','permute','combine','topk_gating','route') if m.available(o)])"
 step pytest "$PY" -m pytest -v -p no:cacheprovider -rs "$here/python/tests"

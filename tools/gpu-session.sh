@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A whole GPU session from binaries built here: pack them small (the device call carries at most 64 MiB), then run
 # every check by priority inside the device's 10-minute call limit, logs in one tarball under $OUT.
-#   here:   tools/gpu-session.sh pack CUDA_BUILD [HIPNV_BUILD] [BASE_BUILD]   -> .device/pkg/*.tar.xz (ignored)
+#   here:   tools/gpu-session.sh pack CUDA_BUILD [HIPNV_BUILD] [BASE_BUILD] [WHEEL]  -> .device/pkg/ (ignored)
 #           CUDA_BUILD: -DMOE_BACKEND=CUDA -DMOE_CUDA_ARCHITECTURES=90 -DMOE_WITH_NCCL=ON; HIPNV_BUILD:
 #           -DMOE_BACKEND=HIP -DMOE_HIP_PLATFORM=NVIDIA; BASE_BUILD: an older CUDA build's perf/moe_bench (A/B)
 #   there:  BUDGET=570 bash tools/gpu-session.sh run PART...   (carry .device; .peers too for the peer harness)
@@ -30,15 +30,17 @@ if [ "${1:-}" = pack ]; then
     $c/perf/moe_bench $c/perf/moe_bench_align_ep $c/perf/moe_bench_datapath $c/perf/moe_bench_gating
   [ -n "${2:-}" ] && put hipnv "$2/tests/moe_tests"
   [ -n "${3:-}" ] && put base "$3/perf/moe_bench"
+  [ -n "${4:-}" ] && cp "$4" $D/pkg/ && echo "$D/pkg/$(basename "$4")"  # a cp312 wheel of the CUDA backend (PY)
   rm -rf "$stage"; exit 0
 fi
 [ "${1:-}" = run ] && shift
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1  # never NVLink multicast
-out=${OUT:-/tmp/out}; mkdir -p "$out/logs"
+# logs in a scratch folder, one tarball per part in $OUT (the device returns at most 8 files)
+final=${OUT:-/tmp/out}; out=$(mktemp -d); mkdir -p "$final" "$out/logs"
 nccl_lib=$(python3 -c "import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], 'lib'))" 2>/dev/null)
 export LD_LIBRARY_PATH=${nccl_lib}:${LD_LIBRARY_PATH:-}
 for f in $D/pkg/*.tar.xz; do tar xJf "$f" -C $D || echo "unpack $f failed"; done
-pack() { tar czf "$out/run-$1.tgz" -C "$out" logs 2>/dev/null; }
+pack() { tar czf "$final/run-$1.tgz" -C "$out" logs 2>/dev/null; }
 step() {  # name timeout command...
   local name=$1 limit=$2; shift 2
   local left=$(( ${BUDGET:-570} - SECONDS ))  # the whole call stays inside the device's 10-minute limit
@@ -68,6 +70,11 @@ for part in "$@"; do
     step bench-align-ep 40 $D/cuda/perf/moe_bench_align_ep --csv "$out/logs/csv/align-ep.csv"
     step bench-datapath 60 $D/cuda/perf/moe_bench_datapath --quick --csv "$out/logs/csv/datapath.csv"
     step bench-gating 50 $D/cuda/perf/moe_bench_gating --dtype bf16 --csv "$out/logs/csv/gating.csv"
+    for f in "1 E=8 " "1 E=128 " "1 E=256 " "16384 E=128 "; do  # where gating's time goes (issue 28)
+      step "ncu-gating-${f// /_}" 40 ncu --clock-control none -k regex:gating --launch-count 1 --section SpeedOfLight \
+        --section WarpStateStats --section InstructionStats --section LaunchStats --section Occupancy \
+        $D/cuda/perf/moe_bench_gating --dtype bf16 --filter "$f"
+    done
     pack ONE
     step cuda-portable 60 $D/cuda/tests/moe_tests --caps=portable
     step base-sum-1 30 $D/base/perf/moe_bench --suite sum --quick --csv "$out/logs/csv/base-sum-1.csv"
@@ -111,8 +118,8 @@ for part in "$@"; do
     pack P
     pack P ;;
   PY)
-    step python 400 tools/build-python-gpu.sh
-    cp -r python-gpu-out "$out/logs/" 2>/dev/null
+    whl=$(ls $D/pkg/*.whl 2>/dev/null | head -1)
+    step python 400 env WHEEL="${whl:+$PWD/$whl}" OUT="$out/logs/python" tools/build-python-gpu.sh
     pack PY ;;
   esac
 done
