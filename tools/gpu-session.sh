@@ -5,7 +5,8 @@
 #           CUDA_BUILD: -DMOE_BACKEND=CUDA -DMOE_CUDA_ARCHITECTURES=90 -DMOE_WITH_NCCL=ON; HIPNV_BUILD:
 #           -DMOE_BACKEND=HIP -DMOE_HIP_PLATFORM=NVIDIA; BASE_BUILD: an older CUDA build's perf/moe_bench (A/B)
 #   there:  BUDGET=570 bash tools/gpu-session.sh run PART...   (carry .device; .peers too for the peer harness)
-#   PART: ONE  everything by priority in one call (tests, A/B, memcheck, benches, ncu, portable caps, racecheck)
+#   PART: ONE  the checks by priority in one call (tests, A/B, memcheck, portable caps, racecheck, benches)
+#         TWO  an experiment's A/B (.device/pkg/gv.tar.xz) and ncu sections of gating and combine
 #         PEERS the peer harness (.peers/harness/run.sh) with what is left of BUDGET
 #         T    tests on every path, portable caps, HIP-on-NVIDIA, fuzz, NCCL EP, then T2's sanitizers (T1 / T2)
 #         P    same-run A/B against the base build (targets, sum, twice interleaved), the new operations' benches
@@ -53,7 +54,7 @@ step() {  # name timeout command...
 }
 for part in "$@"; do
   case $part in
-  ONE)  # everything in one call, by priority; later steps skipped when the budget runs out
+  ONE)  # the checks, by priority (tests, same-run A/B, sanitizers, the new operations' benches); then TWO
     mkdir -p "$out/logs/csv"
     step info 20 bash -c 'nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv; echo nccl=$LD_LIBRARY_PATH'
     step cuda-tests 120 $D/cuda/tests/moe_tests
@@ -66,12 +67,24 @@ for part in "$@"; do
     step base-targets-2 40 $D/base/perf/moe_bench --suite targets --csv "$out/logs/csv/base-targets-2.csv"
     step new-targets-2 40 $D/cuda/perf/moe_bench --suite targets --csv "$out/logs/csv/new-targets-2.csv"
     pack ONE
-    MOE_TEST_PATHS=policy step memcheck-new 150 compute-sanitizer --tool memcheck --error-exitcode 9 $D/cuda/tests/moe_tests -tc='permute*,combine*,gating*,align_ep*,route*,reliability*,graph*,golden*' -tce='*GiB*,*large*'
+    MOE_TEST_PATHS=policy step memcheck-new 120 compute-sanitizer --tool memcheck --error-exitcode 9 $D/cuda/tests/moe_tests -tc='permute*,combine*,gating*,align_ep*,route*,reliability*,graph*,golden*' -tce='*GiB*,*large*'
+    pack ONE
+    step cuda-portable 60 $D/cuda/tests/moe_tests --caps=portable
+    MOE_TEST_PATHS=policy step racecheck-new 75 compute-sanitizer --tool racecheck --racecheck-report all --error-exitcode 9 $D/cuda/tests/moe_tests -tc='permute*,combine*,gating*,align_ep*,golden*'
     pack ONE
     step bench-align-ep 40 $D/cuda/perf/moe_bench_align_ep --csv "$out/logs/csv/align-ep.csv"
     step bench-datapath 60 $D/cuda/perf/moe_bench_datapath --quick --csv "$out/logs/csv/datapath.csv"
     step bench-gating 50 $D/cuda/perf/moe_bench_gating --dtype bf16 --csv "$out/logs/csv/gating.csv"
-    for f in "1 E=8 " "1 E=128 " "1 E=256 " "16384 E=128 "; do  # where gating's time goes (issue 28)
+    pack ONE ;;
+  TWO)  # what ONE leaves: an experiment's same-run A/B (gv: a gating variant), where time goes (ncu)
+    mkdir -p "$out/logs/csv"
+    if [ -d $D/gv ]; then
+      step gv-tests 60 $D/gv/tests/moe_tests -tc='gating*,topk*,route*'
+      step gv-bench-gating 50 $D/gv/perf/moe_bench_gating --dtype bf16 --csv "$out/logs/csv/gv-gating.csv"
+      step bench-gating-2 50 $D/cuda/perf/moe_bench_gating --dtype bf16 --csv "$out/logs/csv/gating-2.csv"
+      pack TWO
+    fi
+    for f in "1 E=256 " "16384 E=128 "; do  # where gating's time goes (issue 28)
       step "ncu-gating-${f// /_}" 40 ncu --clock-control none -k regex:gating --launch-count 1 --section SpeedOfLight \
         --section WarpStateStats --section InstructionStats --section LaunchStats --section Occupancy \
         $D/cuda/perf/moe_bench_gating --dtype bf16 --filter "$f"
@@ -79,12 +92,7 @@ for part in "$@"; do
     step ncu-combine-4096x8 40 ncu --clock-control none -k regex:combine --launch-count 1 --section SpeedOfLight \
       --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy \
       $D/cuda/perf/moe_bench_datapath --filter "combine 4096x8x4096 bf16"
-    pack ONE
-    step cuda-portable 60 $D/cuda/tests/moe_tests --caps=portable
-    step base-sum-1 30 $D/base/perf/moe_bench --suite sum --quick --csv "$out/logs/csv/base-sum-1.csv"
-    step new-sum-1 30 $D/cuda/perf/moe_bench --suite sum --quick --csv "$out/logs/csv/new-sum-1.csv"
-    MOE_TEST_PATHS=policy step racecheck-new 90 compute-sanitizer --tool racecheck --racecheck-report all --error-exitcode 9 $D/cuda/tests/moe_tests -tc='permute*,combine*,gating*,align_ep*,golden*'
-    pack ONE ;;
+    pack TWO ;;
   PEERS)  # the peers' kernels and torch in the same process (perf/peers/harness), with the budget that is left
     left=$(( ${BUDGET:-570} - SECONDS - 15 ))
     if [ $left -gt 60 ]; then OUT="$out/logs" BUDGET=$left bash .peers/harness/run.sh bench:gating,datapath,align_ep,route --quick > "$out/logs/peers-run.log" 2>&1; echo "== peers rc=$? :: $(tail -n 3 "$out/logs/peers-run.log" | tr '\n' ' ' | cut -c1-200)"; fi
