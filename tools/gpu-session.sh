@@ -11,6 +11,8 @@
 #         T    tests on every path, portable caps, HIP-on-NVIDIA, fuzz, NCCL EP, then T2's sanitizers (T1 / T2)
 #         P    same-run A/B against the base build (targets, sum, twice interleaved), the new operations' benches
 #         PY   the Python package on the GPU (tools/build-python-gpu.sh)
+#         EP   ep_bench_nccl (dispatch + combine against NCCL send/recv), then torch's all_to_all_single on the
+#              same bytes (perf/ep_torch_baseline.py), per shape
 # Steps past BUDGET seconds are skipped, not cut; the tarball is rewritten after each group.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -29,7 +31,8 @@ if [ "${1:-}" = pack ]; then
   }
   c=$1
   put cuda $c/tests/moe_tests $c/tests/moe_fuzz_c_api $c/tests/ep/test_ep_nccl $c/tests/moe_example_layer \
-    $c/perf/moe_bench $c/perf/moe_bench_align_ep $c/perf/moe_bench_datapath $c/perf/moe_bench_gating
+    $c/perf/moe_bench $c/perf/moe_bench_align_ep $c/perf/moe_bench_datapath $c/perf/moe_bench_gating \
+    $c/perf/ep_bench_nccl
   [ -n "${2:-}" ] && put hipnv "$2/tests/moe_tests"
   [ -n "${3:-}" ] && put base "$3/perf/moe_bench"
   [ -n "${4:-}" ] && cp "$4" $D/pkg/ && echo "$D/pkg/$(basename "$4")"  # a cp312 wheel of the CUDA backend (PY)
@@ -130,6 +133,18 @@ for part in "$@"; do
     step bench-gating 120 $D/cuda/perf/moe_bench_gating --dtype all --csv "$out/logs/csv/gating.csv"
     pack P
     pack P ;;
+  EP)  # issue 30: the same bytes per pair through the handle, NCCL send/recv and torch, in one call
+    for tokens in 4096 1024 128; do  # DeepSeek-V3's layer shape (hidden 7168, 256 experts, topk 8), bf16
+      name=ep-$tokens
+      step $name 90 $D/cuda/perf/ep_bench_nccl --tokens $tokens --hidden 7168 --experts 256 --topk 8 --dtype bf16
+      bytes=$(grep -m1 '^EP_BYTES' "$out/logs/$name.log" 2>/dev/null)
+      disp=$(sed -n 's/.* dispatch=\([0-9,]*\).*/\1/p' <<< "$bytes")
+      comb=$(sed -n 's/.* combine=\([0-9,]*\).*/\1/p' <<< "$bytes")
+      if [ -n "$disp" ] && [ -n "$comb" ]; then
+        step $name-torch 120 python3 perf/ep_torch_baseline.py --dispatch-bytes "$disp" --combine-bytes "$comb"
+      else echo "== $name-torch skipped: no EP_BYTES line in $name.log"; fi
+      pack EP
+    done ;;
   PY)
     whl=$(ls $D/pkg/*.whl 2>/dev/null | head -1)
     step python 400 env WHEEL="${whl:+$PWD/$whl}" OUT="$out/logs/python" tools/build-python-gpu.sh
