@@ -6,6 +6,7 @@
 #           -DMOE_BACKEND=HIP -DMOE_HIP_PLATFORM=NVIDIA; BASE_BUILD: an older CUDA build's perf/moe_bench (A/B)
 #   there:  BUDGET=570 bash tools/gpu-session.sh run PART...   (carry .device; .peers too for the peer harness)
 #   PART: ONE  the checks by priority in one call (tests, A/B, memcheck, portable caps, racecheck, benches)
+#         CORE what each open issue needs in one call, most needed first (device time short)
 #         TWO  an experiment's A/B (.device/pkg/gv.tar.xz) and ncu sections of gating and combine
 #         PEERS the peer harness (.peers/harness/run.sh) with what is left of BUDGET
 #         T    tests on every path, portable caps, HIP-on-NVIDIA, fuzz, NCCL EP, then T2's sanitizers (T1 / T2)
@@ -79,6 +80,39 @@ for part in "$@"; do
     step bench-datapath 60 $D/cuda/perf/moe_bench_datapath --quick --csv "$out/logs/csv/datapath.csv"
     step bench-gating 50 $D/cuda/perf/moe_bench_gating --dtype bf16 --csv "$out/logs/csv/gating.csv"
     pack ONE ;;
+  CORE)  # one call when device time is short: what each open issue needs, most needed first
+    mkdir -p "$out/logs/csv"
+    step info 20 bash -c 'nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv; echo nccl=$LD_LIBRARY_PATH'
+    step cuda-tests 90 $D/cuda/tests/moe_tests
+    step base-targets-1 30 $D/base/perf/moe_bench --suite targets --csv "$out/logs/csv/base-targets-1.csv"
+    step new-targets-1 30 $D/cuda/perf/moe_bench --suite targets --csv "$out/logs/csv/new-targets-1.csv"
+    step base-targets-2 30 $D/base/perf/moe_bench --suite targets --csv "$out/logs/csv/base-targets-2.csv"
+    step new-targets-2 30 $D/cuda/perf/moe_bench --suite targets --csv "$out/logs/csv/new-targets-2.csv"
+    pack CORE
+    MOE_TEST_PATHS=policy step memcheck-new 100 compute-sanitizer --tool memcheck --error-exitcode 9 $D/cuda/tests/moe_tests -tc='permute*,combine*,gating*,align_ep*,route*,reliability*,graph*,golden*' -tce='*GiB*,*large*'
+    step hipnv-tests 60 $D/hipnv/tests/moe_tests
+    step ep-nccl 20 $D/cuda/tests/test_ep_nccl
+    step example-layer 10 $D/cuda/tests/moe_example_layer
+    pack CORE
+    whl=$(ls $D/pkg/*.whl 2>/dev/null | head -1)
+    step python 120 env WHEEL="${whl:+$PWD/$whl}" OUT="$out/logs/python" tools/build-python-gpu.sh
+    pack CORE
+    MOE_TEST_PATHS=policy step racecheck-new 60 compute-sanitizer --tool racecheck --racecheck-report all --error-exitcode 9 $D/cuda/tests/moe_tests -tc='permute*,combine*,gating*,align_ep*,golden*'
+    step ep-4096 30 $D/cuda/perf/ep_bench_nccl --tokens 4096 --hidden 7168 --experts 256 --topk 8 --dtype bf16
+    bytes=$(grep -m1 '^EP_BYTES' "$out/logs/ep-4096.log" 2>/dev/null)
+    disp=$(sed -n 's/.* dispatch=\([0-9,]*\).*/\1/p' <<< "$bytes"); comb=$(sed -n 's/.* combine=\([0-9,]*\).*/\1/p' <<< "$bytes")
+    [ -n "$disp" ] && step ep-4096-torch 40 python3 perf/ep_torch_baseline.py --dispatch-bytes "$disp" --combine-bytes "$comb"
+    step bench-align-ep 20 $D/cuda/perf/moe_bench_align_ep --csv "$out/logs/csv/align-ep.csv"
+    step bench-datapath 30 $D/cuda/perf/moe_bench_datapath --quick --csv "$out/logs/csv/datapath.csv"
+    step bench-gating 20 $D/cuda/perf/moe_bench_gating --dtype bf16 --csv "$out/logs/csv/gating.csv"
+    pack CORE
+    if [ -d $D/gv ]; then
+      step gv-tests 40 $D/gv/tests/moe_tests -tc='gating*,topk*,route*'
+      step gv-bench-gating 20 $D/gv/perf/moe_bench_gating --dtype bf16 --csv "$out/logs/csv/gv-gating.csv"
+      step bench-gating-2 20 $D/cuda/perf/moe_bench_gating --dtype bf16 --csv "$out/logs/csv/gating-2.csv"
+    fi
+    step cuda-portable 40 $D/cuda/tests/moe_tests --caps=portable
+    pack CORE ;;
   TWO)  # what ONE leaves: an experiment's same-run A/B (gv: a gating variant), where time goes (ncu)
     mkdir -p "$out/logs/csv"
     if [ -d $D/gv ]; then
