@@ -112,6 +112,11 @@ for part in "$@"; do
       step bench-gating-2 20 $D/cuda/perf/moe_bench_gating --dtype bf16 --csv "$out/logs/csv/gating-2.csv"
     fi
     step cuda-portable 40 $D/cuda/tests/moe_tests --caps=portable
+    step ncu-combine-4096x8 30 ncu --clock-control none -k regex:combine --launch-count 1 --section SpeedOfLight \
+      --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
+      $D/cuda/perf/moe_bench_datapath --filter "combine 4096x8x4096 bf16"
+    step ncu-gating-1_E=256 30 ncu --clock-control none -k regex:gating --launch-count 1 --section SpeedOfLight \
+      --section WarpStateStats --section InstructionStats $D/cuda/perf/moe_bench_gating --dtype bf16 --filter "1 E=256 "
     pack CORE ;;
   TWO)  # what ONE leaves: an experiment's same-run A/B (gv: a gating variant), where time goes (ncu)
     mkdir -p "$out/logs/csv"
