@@ -5,11 +5,15 @@
 #           CUDA_BUILD: -DMOE_BACKEND=CUDA -DMOE_CUDA_ARCHITECTURES=90 -DMOE_WITH_NCCL=ON; HIPNV_BUILD:
 #           -DMOE_BACKEND=HIP -DMOE_HIP_PLATFORM=NVIDIA; BASE_BUILD: an older CUDA build's perf/moe_bench (A/B)
 #   there:  BUDGET=570 bash tools/gpu-session.sh run PART...   (carry .device; .peers too for the peer harness)
-#   PART: ONE  everything by priority in one call (tests, A/B, memcheck, benches, ncu, portable caps, racecheck)
+#   PART: ONE  the checks by priority in one call (tests, A/B, memcheck, portable caps, racecheck, benches)
+#         CORE what each open issue needs in one call, most needed first (device time short)
+#         TWO  an experiment's A/B (.device/pkg/gv.tar.xz) and ncu sections of gating and combine
 #         PEERS the peer harness (.peers/harness/run.sh) with what is left of BUDGET
 #         T    tests on every path, portable caps, HIP-on-NVIDIA, fuzz, NCCL EP, then T2's sanitizers (T1 / T2)
 #         P    same-run A/B against the base build (targets, sum, twice interleaved), the new operations' benches
 #         PY   the Python package on the GPU (tools/build-python-gpu.sh)
+#         EP   ep_bench_nccl (dispatch + combine against NCCL send/recv), then torch's all_to_all_single on the
+#              same bytes (perf/ep_torch_baseline.py), per shape
 # Steps past BUDGET seconds are skipped, not cut; the tarball is rewritten after each group.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -28,7 +32,8 @@ if [ "${1:-}" = pack ]; then
   }
   c=$1
   put cuda $c/tests/moe_tests $c/tests/moe_fuzz_c_api $c/tests/ep/test_ep_nccl $c/tests/moe_example_layer \
-    $c/perf/moe_bench $c/perf/moe_bench_align_ep $c/perf/moe_bench_datapath $c/perf/moe_bench_gating
+    $c/perf/moe_bench $c/perf/moe_bench_align_ep $c/perf/moe_bench_datapath $c/perf/moe_bench_gating \
+    $c/perf/ep_bench_nccl
   [ -n "${2:-}" ] && put hipnv "$2/tests/moe_tests"
   [ -n "${3:-}" ] && put base "$3/perf/moe_bench"
   [ -n "${4:-}" ] && cp "$4" $D/pkg/ && echo "$D/pkg/$(basename "$4")"  # a cp312 wheel of the CUDA backend (PY)
@@ -53,7 +58,7 @@ step() {  # name timeout command...
 }
 for part in "$@"; do
   case $part in
-  ONE)  # everything in one call, by priority; later steps skipped when the budget runs out
+  ONE)  # the checks, by priority (tests, same-run A/B, sanitizers, the new operations' benches); then TWO
     mkdir -p "$out/logs/csv"
     step info 20 bash -c 'nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv; echo nccl=$LD_LIBRARY_PATH'
     step cuda-tests 120 $D/cuda/tests/moe_tests
@@ -66,12 +71,62 @@ for part in "$@"; do
     step base-targets-2 40 $D/base/perf/moe_bench --suite targets --csv "$out/logs/csv/base-targets-2.csv"
     step new-targets-2 40 $D/cuda/perf/moe_bench --suite targets --csv "$out/logs/csv/new-targets-2.csv"
     pack ONE
-    MOE_TEST_PATHS=policy step memcheck-new 150 compute-sanitizer --tool memcheck --error-exitcode 9 $D/cuda/tests/moe_tests -tc='permute*,combine*,gating*,align_ep*,route*,reliability*,graph*,golden*' -tce='*GiB*,*large*'
+    MOE_TEST_PATHS=policy step memcheck-new 120 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 $D/cuda/tests/moe_tests -tc='permute*,combine*,gating*,align_ep*,route*,reliability*,graph*,golden*' -tce='*GiB*,*large*'
+    pack ONE
+    step cuda-portable 60 $D/cuda/tests/moe_tests --caps=portable
+    MOE_TEST_PATHS=policy step racecheck-new 75 compute-sanitizer --tool racecheck --racecheck-report all --error-exitcode 9 $D/cuda/tests/moe_tests -tc='permute*,combine*,gating*,align_ep*,golden*'
     pack ONE
     step bench-align-ep 40 $D/cuda/perf/moe_bench_align_ep --csv "$out/logs/csv/align-ep.csv"
     step bench-datapath 60 $D/cuda/perf/moe_bench_datapath --quick --csv "$out/logs/csv/datapath.csv"
     step bench-gating 50 $D/cuda/perf/moe_bench_gating --dtype bf16 --csv "$out/logs/csv/gating.csv"
-    for f in "1 E=8 " "1 E=128 " "1 E=256 " "16384 E=128 "; do  # where gating's time goes (issue 28)
+    pack ONE ;;
+  CORE)  # one call when device time is short: what each open issue needs, most needed first
+    mkdir -p "$out/logs/csv"
+    step info 20 bash -c 'nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv; echo nccl=$LD_LIBRARY_PATH'
+    step cuda-tests 90 $D/cuda/tests/moe_tests
+    step base-targets-1 30 $D/base/perf/moe_bench --suite targets --csv "$out/logs/csv/base-targets-1.csv"
+    step new-targets-1 30 $D/cuda/perf/moe_bench --suite targets --csv "$out/logs/csv/new-targets-1.csv"
+    step base-targets-2 30 $D/base/perf/moe_bench --suite targets --csv "$out/logs/csv/base-targets-2.csv"
+    step new-targets-2 30 $D/cuda/perf/moe_bench --suite targets --csv "$out/logs/csv/new-targets-2.csv"
+    pack CORE
+    MOE_TEST_PATHS=policy step memcheck-new 100 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 $D/cuda/tests/moe_tests -tc='permute*,combine*,gating*,align_ep*,route*,reliability*,graph*,golden*' -tce='*GiB*,*large*'
+    step hipnv-tests 60 $D/hipnv/tests/moe_tests
+    step ep-nccl 20 $D/cuda/tests/test_ep_nccl
+    step example-layer 10 $D/cuda/tests/moe_example_layer
+    pack CORE
+    whl=$(ls $D/pkg/*.whl 2>/dev/null | head -1)
+    step python 120 env WHEEL="${whl:+$PWD/$whl}" OUT="$out/logs/python" tools/build-python-gpu.sh
+    pack CORE
+    MOE_TEST_PATHS=policy step racecheck-new 60 compute-sanitizer --tool racecheck --racecheck-report all --error-exitcode 9 $D/cuda/tests/moe_tests -tc='permute*,combine*,gating*,align_ep*,golden*'
+    step ep-4096 30 $D/cuda/perf/ep_bench_nccl --tokens 4096 --hidden 7168 --experts 256 --topk 8 --dtype bf16
+    bytes=$(grep -m1 '^EP_BYTES' "$out/logs/ep-4096.log" 2>/dev/null)
+    disp=$(sed -n 's/.* dispatch=\([0-9,]*\).*/\1/p' <<< "$bytes"); comb=$(sed -n 's/.* combine=\([0-9,]*\).*/\1/p' <<< "$bytes")
+    [ -n "$disp" ] && step ep-4096-torch 40 python3 perf/ep_torch_baseline.py --dispatch-bytes "$disp" --combine-bytes "$comb"
+    step bench-align-ep 20 $D/cuda/perf/moe_bench_align_ep --csv "$out/logs/csv/align-ep.csv"
+    step bench-datapath 30 $D/cuda/perf/moe_bench_datapath --quick --csv "$out/logs/csv/datapath.csv"
+    step bench-gating 20 $D/cuda/perf/moe_bench_gating --dtype bf16 --csv "$out/logs/csv/gating.csv"
+    pack CORE
+    if [ -d $D/gv ]; then
+      step gv-tests 40 $D/gv/tests/moe_tests -tc='gating*,topk*,route*'
+      step gv-bench-gating 20 $D/gv/perf/moe_bench_gating --dtype bf16 --csv "$out/logs/csv/gv-gating.csv"
+      step bench-gating-2 20 $D/cuda/perf/moe_bench_gating --dtype bf16 --csv "$out/logs/csv/gating-2.csv"
+    fi
+    step cuda-portable 40 $D/cuda/tests/moe_tests --caps=portable
+    step ncu-combine-4096x8 30 ncu --clock-control none -k regex:combine --launch-count 1 --section SpeedOfLight \
+      --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
+      $D/cuda/perf/moe_bench_datapath --filter "combine 4096x8x4096 bf16"
+    step ncu-gating-1_E=256 30 ncu --clock-control none -k regex:gating --launch-count 1 --section SpeedOfLight \
+      --section WarpStateStats --section InstructionStats $D/cuda/perf/moe_bench_gating --dtype bf16 --filter "1 E=256 "
+    pack CORE ;;
+  TWO)  # what ONE leaves: an experiment's same-run A/B (gv: a gating variant), where time goes (ncu)
+    mkdir -p "$out/logs/csv"
+    if [ -d $D/gv ]; then
+      step gv-tests 60 $D/gv/tests/moe_tests -tc='gating*,topk*,route*'
+      step gv-bench-gating 50 $D/gv/perf/moe_bench_gating --dtype bf16 --csv "$out/logs/csv/gv-gating.csv"
+      step bench-gating-2 50 $D/cuda/perf/moe_bench_gating --dtype bf16 --csv "$out/logs/csv/gating-2.csv"
+      pack TWO
+    fi
+    for f in "1 E=256 " "16384 E=128 "; do  # where gating's time goes (issue 28)
       step "ncu-gating-${f// /_}" 40 ncu --clock-control none -k regex:gating --launch-count 1 --section SpeedOfLight \
         --section WarpStateStats --section InstructionStats --section LaunchStats --section Occupancy \
         $D/cuda/perf/moe_bench_gating --dtype bf16 --filter "$f"
@@ -79,12 +134,7 @@ for part in "$@"; do
     step ncu-combine-4096x8 40 ncu --clock-control none -k regex:combine --launch-count 1 --section SpeedOfLight \
       --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy \
       $D/cuda/perf/moe_bench_datapath --filter "combine 4096x8x4096 bf16"
-    pack ONE
-    step cuda-portable 60 $D/cuda/tests/moe_tests --caps=portable
-    step base-sum-1 30 $D/base/perf/moe_bench --suite sum --quick --csv "$out/logs/csv/base-sum-1.csv"
-    step new-sum-1 30 $D/cuda/perf/moe_bench --suite sum --quick --csv "$out/logs/csv/new-sum-1.csv"
-    MOE_TEST_PATHS=policy step racecheck-new 90 compute-sanitizer --tool racecheck --racecheck-report all --error-exitcode 9 $D/cuda/tests/moe_tests -tc='permute*,combine*,gating*,align_ep*,golden*'
-    pack ONE ;;
+    pack TWO ;;
   PEERS)  # the peers' kernels and torch in the same process (perf/peers/harness), with the budget that is left
     left=$(( ${BUDGET:-570} - SECONDS - 15 ))
     if [ $left -gt 60 ]; then OUT="$out/logs" BUDGET=$left bash .peers/harness/run.sh bench:gating,datapath,align_ep,route --quick > "$out/logs/peers-run.log" 2>&1; echo "== peers rc=$? :: $(tail -n 3 "$out/logs/peers-run.log" | tr '\n' ' ' | cut -c1-200)"; fi
@@ -100,9 +150,9 @@ for part in "$@"; do
     pack T ;;&
   T|T2)
     export MOE_TEST_PATHS=policy
-    step memcheck 200 compute-sanitizer --tool memcheck --error-exitcode 9 $D/cuda/tests/moe_tests -tce='large*,*million*,catalogue*'
-    step memcheck-reliab 60 compute-sanitizer --tool memcheck --error-exitcode 9 $D/cuda/tests/moe_tests -tc='reliability*,types*,threads*' -tce='*GiB*'
-    step memcheck-fuzz 60 compute-sanitizer --tool memcheck --error-exitcode 9 $D/cuda/tests/moe_fuzz_c_api 2000
+    step memcheck 200 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 $D/cuda/tests/moe_tests -tce='large*,*million*,catalogue*'
+    step memcheck-reliab 60 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 $D/cuda/tests/moe_tests -tc='reliability*,types*,threads*' -tce='*GiB*'
+    step memcheck-fuzz 60 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 $D/cuda/tests/moe_fuzz_c_api 2000
     pack T
     unset MOE_TEST_PATHS
     step racecheck 120 compute-sanitizer --tool racecheck --racecheck-report all --error-exitcode 9 $D/cuda/tests/moe_tests -tc='golden*,graph*,random: numel*,random: expert counts*,random: sizes*,adversarial*,permute*,combine*,gating*,align_ep*'
@@ -122,6 +172,18 @@ for part in "$@"; do
     step bench-gating 120 $D/cuda/perf/moe_bench_gating --dtype all --csv "$out/logs/csv/gating.csv"
     pack P
     pack P ;;
+  EP)  # issue 30: the same bytes per pair through the handle, NCCL send/recv and torch, in one call
+    for tokens in 4096 1024 128; do  # DeepSeek-V3's layer shape (hidden 7168, 256 experts, topk 8), bf16
+      name=ep-$tokens
+      step $name 90 $D/cuda/perf/ep_bench_nccl --tokens $tokens --hidden 7168 --experts 256 --topk 8 --dtype bf16
+      bytes=$(grep -m1 '^EP_BYTES' "$out/logs/$name.log" 2>/dev/null)
+      disp=$(sed -n 's/.* dispatch=\([0-9,]*\).*/\1/p' <<< "$bytes")
+      comb=$(sed -n 's/.* combine=\([0-9,]*\).*/\1/p' <<< "$bytes")
+      if [ -n "$disp" ] && [ -n "$comb" ]; then
+        step $name-torch 120 python3 perf/ep_torch_baseline.py --dispatch-bytes "$disp" --combine-bytes "$comb"
+      else echo "== $name-torch skipped: no EP_BYTES line in $name.log"; fi
+      pack EP
+    done ;;
   PY)
     whl=$(ls $D/pkg/*.whl 2>/dev/null | head -1)
     step python 400 env WHEEL="${whl:+$PWD/$whl}" OUT="$out/logs/python" tools/build-python-gpu.sh

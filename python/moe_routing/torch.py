@@ -85,6 +85,13 @@ def _check_out(t, what, dtype, min_numel, device, capacity):
             f"{what} has {t.numel()} elements, fewer than the {min_numel} this call writes ({capacity})")
 
 
+def _out(out, n, what):
+    """out= as n tensors (a tuple or list of them), with the generic API's message otherwise."""
+    if not isinstance(out, (tuple, list)) or len(out) != n:
+        raise InvalidArgument(f"out= of {what} must be a tuple of {n} arrays")
+    return out
+
+
 def _ptr(t):
     return 0 if t is None else t.data_ptr()
 
@@ -147,7 +154,7 @@ def _align_impl(topk_ids, num_experts, block_size, out=None, stream=None):
         e = torch.empty(blocks, dtype=torch.int32, device=dev)
         p = torch.empty(1, dtype=torch.int32, device=dev)
     else:
-        s, e, p = out
+        s, e, p = _out(out, 3, "align_block_size")
         _check_out(s, "sorted_token_ids", torch.int32, padded, dev, "align_max_padded")
         _check_out(e, "expert_ids", torch.int32, blocks, dev, "align_max_blocks")
         _check_out(p, "num_tokens_post_pad", torch.int32, 1, dev, "one int32")
@@ -354,7 +361,7 @@ def _align_ep_impl(topk_ids, num_experts, block_size, expert_map, num_local, wit
         c = torch.empty(num_local, dtype=torch.int32, device=dev) if with_counts else None
         t = torch.empty(topk_ids.shape, dtype=torch.int32, device=dev) if with_positions else None
     else:
-        s, e, p, c, t = out
+        s, e, p, c, t = _out(out, 5, "align_block_size_ep")
         _check_out(s, "sorted_token_ids", torch.int32, padded, dev, "align_max_padded")
         _check_out(e, "expert_ids", torch.int32, blocks, dev, "align_max_blocks")
         _check_out(p, "num_tokens_post_pad", torch.int32, 1, dev, "one int32")
@@ -526,10 +533,11 @@ def _combine_impl(rows, topk_weights, token_positions, topk, layout, scale, out=
                               f"{tuple(rows.shape)}")
     for a, what, dt in ((topk_weights, "topk_weights", torch.float32), (token_positions, "token_positions",
                                                                          torch.int32)):
-        if a is not None:
-            _check_out(a, what, dt, n * k, dev, "num_tokens * topk")
+        if a is not None:  # the exact count first: the generic API's message for a short or a long array
+            _check(a, what)
             if a.numel() != n * k:
                 raise InvalidArgument(f"{what} must have num_tokens * topk = {n * k} elements, got {a.numel()}")
+            _check_out(a, what, dt, n * k, dev, "num_tokens * topk")
     if out is None:
         out = torch.empty((n, h), dtype=rows.dtype, device=dev)
     else:
@@ -596,11 +604,12 @@ def _check_logits(logits, correction_bias):
         raise Unsupported(f"logits must be float32, float16 or bfloat16, got {logits.dtype}")
     if logits.dim() != 2:
         raise InvalidArgument(f"logits must have shape (num_tokens, num_experts), got {tuple(logits.shape)}")
-    if correction_bias is not None:
-        _check_out(correction_bias, "correction_bias", torch.float32, logits.shape[1], logits.device, "num_experts")
+    if correction_bias is not None:  # the exact shape first, as the generic API checks it
+        _check(correction_bias, "correction_bias")
         if correction_bias.numel() != logits.shape[1]:
             raise InvalidArgument(f"correction_bias must have shape ({logits.shape[1]},), got "
                                   f"{tuple(correction_bias.shape)}")
+        _check_out(correction_bias, "correction_bias", torch.float32, logits.shape[1], logits.device, "num_experts")
 
 
 def _gating_impl(logits, gate, correction_bias, out=None, stream=None):
@@ -613,7 +622,7 @@ def _gating_impl(logits, gate, correction_bias, out=None, stream=None):
         ids = torch.empty((t, k), dtype=torch.int32, device=dev)
         w = torch.empty((t, k), dtype=torch.float32, device=dev)
     else:
-        ids, w = out
+        ids, w = _out(out, 2, "topk_gating")
         _check_out(ids, "topk_ids", torch.int32, t * k, dev, "num_tokens * topk")
         _check_out(w, "topk_weights", torch.float32, t * k, dev, "num_tokens * topk")
     _ext.topk_gating_ptr(logits.data_ptr(), _CODES[logits.dtype], t, e, *gate[:4], _ptr(correction_bias), *gate[4:],
@@ -669,7 +678,7 @@ def _route_impl(logits, gate, correction_bias, expert_map, num_local, block_size
         p = torch.empty(1, dtype=torch.int32, device=dev)
         pos = torch.empty((t, k), dtype=torch.int32, device=dev) if with_positions else None
     else:
-        ids, w, s, x, p, pos = out
+        ids, w, s, x, p, pos = _out(out, 6, "route")
         _check_out(ids, "topk_ids", torch.int32, t * k, dev, "num_tokens * topk")
         _check_out(w, "topk_weights", torch.float32, t * k, dev, "num_tokens * topk")
         _check_out(s, "sorted_token_ids", torch.int32, padded, dev, "align_max_padded")

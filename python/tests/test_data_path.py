@@ -77,8 +77,6 @@ PERMUTE_DTYPES = ["float32", "float16", "int8", "uint8", "int64", "float64"]
 @pytest.mark.parametrize("num_tokens,topk,hidden,num_experts,block_size", [
     (1, 1, 8, 4, 4), (13, 2, 64, 8, 4), (200, 8, 48, 64, 16), (5, 3, 1, 300, 8)])
 def test_permute_against_oracle(xp, dtype, num_tokens, topk, hidden, num_experts, block_size):
-    if xp.name == "jax" and dtype in ("int64", "float64"):
-        pytest.skip("JAX narrows 64-bit types by default")
     rng = np.random.default_rng(num_tokens * hidden)
     h = (rng.standard_normal((num_tokens, hidden)) * 50).astype(dtype)
     ids = rng.integers(-1, num_experts, size=(num_tokens, topk)).astype(np.int32)
