@@ -4,7 +4,8 @@
 - overhead: the host time of one eager Python call of moe_routing.torch.align_block_size on 1x8 ids, against
   the call overhead of an empty PyTorch custom operator called through torch.ops in the same run (a C++ one
   built with torch.utils.cpp_extension when a compiler is there, vLLM's kind of op; and a Python-registered
-  one); target: within 1.3x;
+  one), and against a vLLM-style align call (three torch.empty, then a C++ op that launches one empty kernel);
+  target: within 1.3x;
 - no host synchronisation: every operation under torch.cuda.set_sync_debug_mode("error");
 - torch.cuda.graph capture and replay, and torch.compile(fullgraph=True) (Inductor), equal to eager.
 
