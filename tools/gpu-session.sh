@@ -39,7 +39,8 @@ if [ "${1:-}" = pack ]; then
   [ -n "${3:-}" ] && put base "$3/perf/moe_bench"
   [ -n "${4:-}" ] && cp "$4" $D/pkg/ && echo "$D/pkg/$(basename "$4")"  # a cp312 wheel of the CUDA backend (PY)
   v=${VAR_BUILD:-}  # an experiment's CUDA build (part AB): the suite and the three benches
-  [ -n "$v" ] && put var $v/tests/moe_tests $v/perf/moe_bench $v/perf/moe_bench_datapath $v/perf/moe_bench_gating
+  [ -n "$v" ] && put var $v/tests/moe_tests $v/perf/moe_bench $v/perf/moe_bench_datapath $v/perf/moe_bench_gating \
+    $v/tests/ep/test_ep_nccl $v/perf/ep_bench_nccl
   rm -rf "$stage"; exit 0
 fi
 [ "${1:-}" = run ] && shift
@@ -125,7 +126,13 @@ for part in "$@"; do
     mkdir -p "$out/logs/csv"
     step info 20 bash -c 'nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv'
     step var-tests 120 $D/var/tests/moe_tests
+    step var-ep-nccl 30 $D/var/tests/test_ep_nccl
     pack AB
+    for r in 1 2; do  # the EP layer (DeepSeek-V3's shape, one rank): phases of both builds
+      for b in cuda var; do
+        step $b-ep-4096-$r 30 $D/$b/perf/ep_bench_nccl --tokens 4096 --hidden 7168 --experts 256 --topk 8 --dtype bf16
+      done
+    done
     for r in 1 2; do
       for b in base cuda var; do
         step $b-targets-$r 30 $D/$b/perf/moe_bench --suite targets --csv "$out/logs/csv/$b-targets-$r.csv"
