@@ -98,8 +98,8 @@ def _ptr(t):
 
 # ---- operators: C++ (csrc/torch_ops.cpp) where built, else registered from Python ---------------------------
 
-_CPP = _torch_cpp.load()  # torch.ops.moe_routing.{align_block_size,moe_sum}[_out] are C++
-_CPP_OPS = ("align_block_size", "align_block_size_out", "moe_sum", "moe_sum_out")
+_CPP = _torch_cpp.load()  # torch.ops.moe_routing.align_block_size and moe_sum are C++
+_CPP_OPS = ("align_block_size", "moe_sum")  # the _out forms: Python-registered (see csrc/torch_ops.cpp)
 
 
 def _define(name, fn, fake, mutates_args=()):
@@ -227,13 +227,10 @@ def align_block_size(topk_ids, num_experts, block_size, *, out=None, stream=None
             return torch.ops.moe_routing.align_block_size(topk_ids, num_experts, block_size)
         torch.ops.moe_routing.align_block_size_out(topk_ids, num_experts, block_size, *out)
         return tuple(out)
-    if _CPP and stream is None:  # one dispatch into csrc/torch_ops.cpp; a failure is re-run below for its error
+    if _CPP and stream is None and out is None:  # one dispatch into csrc/torch_ops.cpp; a failure: re-run below
         try:  # (a tensor of another device type would go to that key's kernel: a meta tensor to the fake one)
             if topk_ids.is_cpu if _HOST else topk_ids.is_cuda:
-                if out is None:
-                    return _align_op(topk_ids, num_experts, block_size)
-                _align_out_op(topk_ids, num_experts, block_size, *out)
-                return tuple(out)
+                return _align_op(topk_ids, num_experts, block_size)
         except Exception:
             pass
     return _align_impl(topk_ids, num_experts, block_size, out, stream)
@@ -299,11 +296,8 @@ def moe_sum(x, *, out=None, stream=None):
         return _sum_op(x)
     if _CPP and stream is None:  # as align_block_size
         try:
-            if x.is_cpu if _HOST else x.is_cuda:
-                if out is None:
-                    return _sum_op(x)
-                _sum_out_op(x, out)
-                return out
+            if out is None and (x.is_cpu if _HOST else x.is_cuda):
+                return _sum_op(x)
         except Exception:
             pass
     return _sum_impl(x, out, stream)

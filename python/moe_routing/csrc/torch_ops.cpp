@@ -1,6 +1,9 @@
-// moe_routing's PyTorch operators in C++ (torch.ops.moe_routing.align_block_size[_out], moe_sum[_out]): the
-// dispatcher calls them without entering Python, as vLLM's operators, so an eager call costs one dispatch, the
-// output allocations and the launch (issue 29 asks such a call within 1.3x of an empty torch.ops call).
+// moe_routing's PyTorch operators in C++ (torch.ops.moe_routing.align_block_size and moe_sum, the allocating
+// forms): the dispatcher calls them without entering Python, as vLLM's operators, so an eager call costs one
+// dispatch, the output allocations and the launch (issue 29 asks such a call within 1.3x of an empty torch.ops
+// call). The _out forms stay Python-registered (moe_routing/torch.py): as C++ operators with mutable arguments,
+// a failed check crashed the process on the GPU machine (torch 2.11, CUDA tensors; CPU tensors and torch 2.15
+// were fine), not understood yet.
 // Compiled against the user's torch by moe_routing/_torch_cpp.py (torch.utils.cpp_extension, at the first import
 // of moe_routing.torch, cached); the library is reached through the table moe_routing._ext hands over
 // (api_table.h), so this file needs torch's headers only: no CUDA headers, no link to the library.
@@ -46,14 +49,6 @@ void check_tensor(const at::Tensor& t, const char* what) {
     TORCH_CHECK(dev.index() == current.index(), what, " is on ", dev, " but the current device is ", current);
   }
   TORCH_CHECK(t.is_contiguous(), what, " must be contiguous");
-}
-
-void check_out(const at::Tensor& t, const char* what, const at::Tensor& like, std::int64_t min_numel) {
-  check_tensor(t, what);
-  TORCH_CHECK(t.scalar_type() == at::kInt, what, " must be int32");
-  TORCH_CHECK(t.device() == like.device(), what, " is on ", t.device(), ", not on ", like.device());
-  TORCH_CHECK(t.numel() >= min_numel, what, " has ", t.numel(), " elements, fewer than the ", min_numel,
-              " this call writes");
 }
 
 // The current stream of the tensor's device (torch.cuda.current_stream()): through c10's device-generic
@@ -160,19 +155,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> align_block_size(const at::Tensor
   return {sorted, experts, post};
 }
 
-void align_block_size_out(const at::Tensor& topk_ids, std::int64_t num_experts, std::int64_t block_size,
-                          const at::Tensor& sorted_token_ids, const at::Tensor& expert_ids,
-                          const at::Tensor& num_tokens_post_pad) {
-  check_tensor(topk_ids, "topk_ids");
-  const std::int32_t e = to_i32(num_experts, "num_experts"), b = to_i32(block_size, "block_size");
-  id_code(topk_ids.scalar_type());
-  const AlignCaps caps = align_caps(topk_ids, e, b);
-  check_out(sorted_token_ids, "sorted_token_ids", topk_ids, caps.padded);
-  check_out(expert_ids, "expert_ids", topk_ids, caps.blocks);
-  check_out(num_tokens_post_pad, "num_tokens_post_pad", topk_ids, 1);
-  align_into(topk_ids, e, b, caps, sorted_token_ids, expert_ids, num_tokens_post_pad);
-}
-
 void sum_into(const at::Tensor& x, const at::Tensor& out) {
   check_status(api().moe_sum(x.data_ptr(), value_code(x.scalar_type()), x.size(0), to_i32(x.size(1), "topk"),
                              x.size(2), out.data_ptr(), stream_of(x)));
@@ -191,17 +173,6 @@ at::Tensor moe_sum(const at::Tensor& x) {
   return out;
 }
 
-void moe_sum_out(const at::Tensor& x, const at::Tensor& out) {
-  check_sum_input(x);
-  check_tensor(out, "out");
-  TORCH_CHECK(out.scalar_type() == x.scalar_type(), "out must be ", x.scalar_type(), " (x's dtype), got ",
-              out.scalar_type());
-  TORCH_CHECK(out.dim() == 2 && out.size(0) == x.size(0) && out.size(1) == x.size(2),
-              "out must have shape (num_tokens, hidden) = (", x.size(0), ", ", x.size(2), "), got ", out.sizes());
-  TORCH_CHECK(out.device() == x.device(), "out is on ", out.device(), ", not on x's device ", x.device());
-  sum_into(x, out);
-}
-
 // Called once by moe_routing/_torch_cpp.py as torch.ops.moe_routing._bind(moe_routing._ext.torch_api_table()):
 // false for a table of another version (a stale cached build), then not bound.
 bool bind(std::int64_t table) {
@@ -216,10 +187,7 @@ bool bind(std::int64_t table) {
 // A fragment: moe_routing/torch.py registers the other operations of the namespace from Python.
 TORCH_LIBRARY_FRAGMENT(moe_routing, m) {
   m.def("align_block_size(Tensor topk_ids, int num_experts, int block_size) -> (Tensor, Tensor, Tensor)");
-  m.def("align_block_size_out(Tensor topk_ids, int num_experts, int block_size, Tensor(a!) sorted_token_ids, "
-        "Tensor(b!) expert_ids, Tensor(c!) num_tokens_post_pad) -> ()");
   m.def("moe_sum(Tensor x) -> Tensor");
-  m.def("moe_sum_out(Tensor x, Tensor(a!) out) -> ()");
   m.def("_bind(int table) -> bool", &bind);  // no tensor: one kernel for every dispatch key
   m.def("_workspace_cache_size() -> int", &workspace_cache_size);
   m.def("_clear_workspace_cache() -> ()", &clear_workspace_cache);
@@ -227,14 +195,10 @@ TORCH_LIBRARY_FRAGMENT(moe_routing, m) {
 
 TORCH_LIBRARY_IMPL(moe_routing, CPU, m) {
   m.impl("align_block_size", &align_block_size);
-  m.impl("align_block_size_out", &align_block_size_out);
   m.impl("moe_sum", &moe_sum);
-  m.impl("moe_sum_out", &moe_sum_out);
 }
 
 TORCH_LIBRARY_IMPL(moe_routing, CUDA, m) {
   m.impl("align_block_size", &align_block_size);
-  m.impl("align_block_size_out", &align_block_size_out);
   m.impl("moe_sum", &moe_sum);
-  m.impl("moe_sum_out", &moe_sum_out);
 }
