@@ -7,6 +7,7 @@
 #   there:  BUDGET=570 bash tools/gpu-session.sh run PART...   (carry .device; .peers too for the peer harness)
 #   PART: ONE  the checks by priority in one call (tests, A/B, memcheck, portable caps, racecheck, benches)
 #         CORE what each open issue needs in one call, most needed first (device time short)
+#         LAND before landing what an AB run measured: suite, EP, memcheck of the changed ops, benches
 #         AB   an experiment's build (VAR_BUILD=dir at pack: var.tar.xz) against the current one and the base
 #         TWO  an experiment's A/B (.device/pkg/gv.tar.xz) and ncu sections of gating and combine
 #         PEERS the peer harness (.peers/harness/run.sh) with what is left of BUDGET
@@ -122,6 +123,17 @@ for part in "$@"; do
     step ncu-gating-1_E=256 30 ncu --clock-control none -k regex:gating --launch-count 1 --section SpeedOfLight \
       --section WarpStateStats --section InstructionStats $D/cuda/perf/moe_bench_gating --dtype bf16 --filter "1 E=256 "
     pack CORE ;;
+  LAND)  # before landing kernels measured in an AB run: the suite, EP, memcheck of the changed ops, the benches
+    mkdir -p "$out/logs/csv"
+    step info 20 bash -c 'nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv'
+    step cuda-tests 90 $D/cuda/tests/moe_tests
+    step ep-nccl 20 $D/cuda/tests/test_ep_nccl
+    pack LAND
+    MOE_TEST_PATHS=policy step memcheck-changed 60 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 $D/cuda/tests/moe_tests -tc='combine*,gating*,topk*,golden*,permute*' -tce='*GiB*,*large*'
+    step memcheck-ep 40 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 $D/cuda/tests/test_ep_nccl
+    step bench-combine 20 $D/cuda/perf/moe_bench_datapath --quick --filter combine --csv "$out/logs/csv/combine.csv"
+    step ep-4096 20 $D/cuda/perf/ep_bench_nccl --tokens 4096 --hidden 7168 --experts 256 --topk 8 --dtype bf16
+    pack LAND ;;
   AB)  # an experiment (.device/pkg/var.tar.xz) against the current build and the base, interleaved, best of 2
     mkdir -p "$out/logs/csv"
     step info 20 bash -c 'nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv'
