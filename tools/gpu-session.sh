@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # A whole GPU session from binaries built here: pack them small (the device call carries at most 64 MiB), then run
 # every check by priority inside the device's 10-minute call limit, logs in one tarball under $OUT.
-#   here:   tools/gpu-session.sh pack CUDA_BUILD [HIPNV_BUILD] [BASE_BUILD] [WHEEL]  -> .device/pkg/ (ignored)
+#   here:   [VAR_BUILD=dir] tools/gpu-session.sh pack CUDA_BUILD|- [HIPNV_BUILD] [BASE_BUILD] [WHEEL]  -> .device/pkg/
 #           CUDA_BUILD: -DMOE_BACKEND=CUDA -DMOE_CUDA_ARCHITECTURES=90 -DMOE_WITH_NCCL=ON; HIPNV_BUILD:
 #           -DMOE_BACKEND=HIP -DMOE_HIP_PLATFORM=NVIDIA; BASE_BUILD: an older CUDA build's perf/moe_bench (A/B)
 #   there:  BUDGET=570 bash tools/gpu-session.sh run PART...   (carry .device; .peers too for the peer harness)
 #   PART: ONE  the checks by priority in one call (tests, A/B, memcheck, portable caps, racecheck, benches)
 #         CORE what each open issue needs in one call, most needed first (device time short)
+#         LAND before landing what an AB run measured: suite, EP, memcheck of the changed ops, benches
+#         AB   an experiment's build (VAR_BUILD=dir at pack: var.tar.xz) against the current one and the base
 #         TWO  an experiment's A/B (.device/pkg/gv.tar.xz) and ncu sections of gating and combine
 #         PEERS the peer harness (.peers/harness/run.sh) with what is left of BUDGET
 #         T    tests on every path, portable caps, HIP-on-NVIDIA, fuzz, NCCL EP, then T2's sanitizers (T1 / T2)
@@ -30,13 +32,16 @@ if [ "${1:-}" = pack ]; then
     done
     tar cJf "$D/pkg/$name.tar.xz" -C "$stage" "$name" && echo "$D/pkg/$name.tar.xz: $(stat -c %s "$D/pkg/$name.tar.xz") bytes"
   }
-  c=$1
-  put cuda $c/tests/moe_tests $c/tests/moe_fuzz_c_api $c/tests/ep/test_ep_nccl $c/tests/moe_example_layer \
+  c=$1  # "-": keep the packed cuda.tar.xz (e.g. packing only an experiment)
+  [ "$c" != - ] && put cuda $c/tests/moe_tests $c/tests/moe_fuzz_c_api $c/tests/ep/test_ep_nccl $c/tests/moe_example_layer \
     $c/perf/moe_bench $c/perf/moe_bench_align_ep $c/perf/moe_bench_datapath $c/perf/moe_bench_gating \
     $c/perf/ep_bench_nccl
   [ -n "${2:-}" ] && put hipnv "$2/tests/moe_tests"
   [ -n "${3:-}" ] && put base "$3/perf/moe_bench"
   [ -n "${4:-}" ] && cp "$4" $D/pkg/ && echo "$D/pkg/$(basename "$4")"  # a cp312 wheel of the CUDA backend (PY)
+  v=${VAR_BUILD:-}  # an experiment's CUDA build (part AB): the suite and the three benches
+  [ -n "$v" ] && put var $v/tests/moe_tests $v/perf/moe_bench $v/perf/moe_bench_datapath $v/perf/moe_bench_gating \
+    $v/tests/ep/test_ep_nccl $v/perf/ep_bench_nccl
   rm -rf "$stage"; exit 0
 fi
 [ "${1:-}" = run ] && shift
@@ -118,6 +123,43 @@ for part in "$@"; do
     step ncu-gating-1_E=256 30 ncu --clock-control none -k regex:gating --launch-count 1 --section SpeedOfLight \
       --section WarpStateStats --section InstructionStats $D/cuda/perf/moe_bench_gating --dtype bf16 --filter "1 E=256 "
     pack CORE ;;
+  LAND)  # before landing kernels measured in an AB run: the suite, EP, memcheck of the changed ops, the benches
+    mkdir -p "$out/logs/csv"
+    step info 20 bash -c 'nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv'
+    step cuda-tests 90 $D/cuda/tests/moe_tests
+    step ep-nccl 20 $D/cuda/tests/test_ep_nccl
+    pack LAND
+    MOE_TEST_PATHS=policy step memcheck-changed 60 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 $D/cuda/tests/moe_tests -tc='combine*,gating*,topk*,golden*,permute*' -tce='*GiB*,*large*'
+    step memcheck-ep 40 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 $D/cuda/tests/test_ep_nccl
+    step bench-combine 20 $D/cuda/perf/moe_bench_datapath --quick --filter combine --csv "$out/logs/csv/combine.csv"
+    step ep-4096 20 $D/cuda/perf/ep_bench_nccl --tokens 4096 --hidden 7168 --experts 256 --topk 8 --dtype bf16
+    pack LAND ;;
+  AB)  # an experiment (.device/pkg/var.tar.xz) against the current build and the base, interleaved, best of 2
+    mkdir -p "$out/logs/csv"
+    step info 20 bash -c 'nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv'
+    step var-tests 120 $D/var/tests/moe_tests
+    step var-ep-nccl 30 $D/var/tests/test_ep_nccl
+    pack AB
+    for r in 1 2; do  # the EP layer (DeepSeek-V3's shape, one rank): phases of both builds
+      for b in cuda var; do
+        step $b-ep-4096-$r 30 $D/$b/perf/ep_bench_nccl --tokens 4096 --hidden 7168 --experts 256 --topk 8 --dtype bf16
+      done
+    done
+    for r in 1 2; do
+      for b in base cuda var; do
+        step $b-targets-$r 30 $D/$b/perf/moe_bench --suite targets --csv "$out/logs/csv/$b-targets-$r.csv"
+      done
+      for b in cuda var; do
+        step $b-combine-$r 40 $D/$b/perf/moe_bench_datapath --quick --filter combine --csv "$out/logs/csv/$b-combine-$r.csv"
+        step $b-gating-$r 30 $D/$b/perf/moe_bench_gating --dtype bf16 --csv "$out/logs/csv/$b-gating-$r.csv"
+      done
+      pack AB
+    done
+    for f in "combine 4096x8x4096 bf16" "combine 1x8x4096 bf16"; do
+      step "ncu-var-${f// /_}" 30 ncu --clock-control none -k regex:combine --launch-count 1 --section SpeedOfLight \
+        --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats $D/var/perf/moe_bench_datapath --filter "$f"
+    done
+    pack AB ;;
   TWO)  # what ONE leaves: an experiment's same-run A/B (gv: a gating variant), where time goes (ncu)
     mkdir -p "$out/logs/csv"
     if [ -d $D/gv ]; then

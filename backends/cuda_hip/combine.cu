@@ -16,6 +16,11 @@ namespace {
 
 constexpr int kCombineThreads = 128;
 
+struct alignas(16) ZeroVec {
+  unsigned int w[4];
+};
+__device__ const ZeroVec g_zero_vec = {{0u, 0u, 0u, 0u}};  // what an absent slot's load reads (never its row)
+
 template <class Traits>
 struct alignas(16) Vec {  // 16 bytes of values
   static constexpr int kCount = 16 / sizeof(typename Traits::storage);
@@ -53,13 +58,25 @@ __global__ void __launch_bounds__(kCombineThreads)
         if (weights != nullptr) w[k] = weights[i];
       }
     }
+    // kInFlight >= 4: every load unconditional, its address chosen (an absent slot or a vector past the row reads
+    // the zero vector, never its row). Under branches the compiler placed each load's conversion right after it,
+    // so the rows came one memory latency after another (SASS of the top-8 instance: 6 of 8 in series; top-8
+    // 0.73 -> 0.98 of a copy, perf/NOTES.md step 59). Two loads stay predicated: chosen addresses cost the top-2
+    // instance 0.17 us at one token.
     Vec<Traits> x[kVecs][kInFlight];
 #pragma unroll
     for (int u = 0; u < kVecs; ++u)
 #pragma unroll
-      for (int k = 0; k < kInFlight; ++k)
-        if (r[k] >= 0 && v0 + u * kCombineThreads < vecs_per_row)
-          x[u][k] = rows[r[k] * vecs_per_row + v0 + u * kCombineThreads];
+      for (int k = 0; k < kInFlight; ++k) {
+        const int v = v0 + u * kCombineThreads;
+        if (kInFlight >= 4) {
+          const Vec<Traits>* src = r[k] >= 0 && v < vecs_per_row ? rows + r[k] * vecs_per_row + v
+                                                                 : reinterpret_cast<const Vec<Traits>*>(&g_zero_vec);
+          x[u][k] = *src;
+        } else if (r[k] >= 0 && v < vecs_per_row) {
+          x[u][k] = rows[r[k] * vecs_per_row + v];
+        }
+      }
 #pragma unroll
     for (int u = 0; u < kVecs; ++u)
 #pragma unroll

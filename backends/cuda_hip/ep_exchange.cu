@@ -87,6 +87,55 @@ __global__ void __launch_bounds__(kThreads) reduce_kernel(k::ReduceView<Traits> 
   if (h < v.hidden) k::reduce_element(v, t, h);
 }
 
+// 16 bytes of one token's output per thread: the token's rows loaded kInFlight at a time, every load
+// unconditional (past topk it reloads the round's first row, unused), then reduced element by element in k
+// order with WeightedSum: the operations and order of reduce_element. Needs 16-byte aligned rows.
+template <class Traits>
+struct alignas(16) Row16 {
+  typename Traits::storage v[16 / sizeof(typename Traits::storage)];
+};
+
+template <class Traits, int kInFlight>
+__global__ void __launch_bounds__(kThreads) reduce_vec_kernel(k::ReduceView<Traits> v, std::int32_t vecs,
+                                                              std::int32_t chunks) {
+  using storage = typename Traits::storage;
+  constexpr int C = 16 / sizeof(storage);
+  gpu::begin_after_prior_grid();
+  const std::int64_t t = blockIdx.x / static_cast<unsigned>(chunks);
+  const int vec = static_cast<int>(blockIdx.x % static_cast<unsigned>(chunks)) * kThreads + static_cast<int>(threadIdx.x);
+  if (vec >= vecs) return;
+  Row16<Traits>* out = reinterpret_cast<Row16<Traits>*>(v.output + t * v.hidden) + vec;
+  Row16<Traits> y;
+  if (!k::reduce_token_ok(v, t)) {  // as reduce_element: canonical NaN, the status says why
+#pragma unroll
+    for (int c = 0; c < C; ++c) y.v[c] = Traits::store(numeric::f32_from_bits(numeric::kCanonicalNanF32));
+    *out = y;
+    return;
+  }
+  const std::int32_t* src = v.combine_src + t * v.topk;
+  const float* w = v.weights != nullptr ? v.weights + t * v.topk : nullptr;
+  WeightedSum acc[C];
+  for (std::int32_t k0 = 0; k0 < v.topk; k0 += kInFlight) {
+    Row16<Traits> x[kInFlight];
+    float wk[kInFlight];
+#pragma unroll
+    for (int j = 0; j < kInFlight; ++j) {
+      const std::int32_t kk = k0 + j < v.topk ? k0 + j : k0;
+      x[j] = reinterpret_cast<const Row16<Traits>*>(v.crecv + static_cast<std::int64_t>(src[kk]) * v.hidden)[vec];
+      wk[j] = w != nullptr ? w[kk] : 1.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < kInFlight; ++j)
+      if (k0 + j < v.topk) {  // (no break: clang will not unroll a loop that leaves early)
+#pragma unroll
+        for (int c = 0; c < C; ++c) acc[c].add(wk[j], Traits::load(x[j].v[c]));
+      }
+  }
+#pragma unroll
+  for (int c = 0; c < C; ++c) y.v[c] = Traits::store(acc[c].finish(v.scale));
+  *out = y;
+}
+
 }  // namespace
 
 void pack_dispatch(const k::PackView& v, std::int64_t rows, void* stream) {
@@ -119,6 +168,21 @@ void reduce(const ReduceArgs& a, void* stream) {
     using storage = typename Traits::storage;
     const k::ReduceView<Traits> v{a.topk,    a.hidden, a.derived, a.combine_src, static_cast<const storage*>(a.crecv),
                                   a.weights, a.scale,  static_cast<storage*>(a.output)};
+    constexpr int C = 16 / sizeof(storage);
+    const bool aligned =
+        ((reinterpret_cast<std::uintptr_t>(a.crecv) | reinterpret_cast<std::uintptr_t>(a.output)) & 15) == 0;
+    if (aligned && a.hidden % C == 0 && a.hidden / C <= 0x7FFFFFFF) {  // 16-byte vectors
+      const auto vecs = static_cast<std::int32_t>(a.hidden / C);
+      const std::int32_t vchunks = (vecs + kThreads - 1) / kThreads;
+      const auto grid = static_cast<unsigned>(a.num_tokens * vchunks);
+      if (a.topk <= 4)
+        gpu::launch<reduce_vec_kernel<Traits, 4>>("ep reduce", grid, kThreads, 0, gpu::to_stream(stream), v, vecs,
+                                                  vchunks);
+      else
+        gpu::launch<reduce_vec_kernel<Traits, 8>>("ep reduce", grid, kThreads, 0, gpu::to_stream(stream), v, vecs,
+                                                  vchunks);
+      return;
+    }
     gpu::launch<reduce_kernel<Traits>>("ep reduce", static_cast<unsigned>(a.num_tokens * chunks), kThreads, 0,
                                        gpu::to_stream(stream), v, chunks);
   });

@@ -135,7 +135,8 @@ __global__ void __launch_bounds__(kSubwarpThreads)
     gating_subwarp_kernel(const typename Traits::storage* __restrict__ logits, GateParams p, bool vec) {
   gpu::begin_after_prior_grid();
   constexpr int kTokensPerBlock = kSubwarpThreads / W;
-  constexpr int kSlots = (kMaxFastTopk + W - 1) / W;
+  // result slots per lane: topk <= num_experts <= W * V, so at most V (W = 1: 8 slots, not 32)
+  constexpr int kSlots = (kMaxFastTopk + W - 1) / W < V ? (kMaxFastTopk + W - 1) / W : V;
   const int lane = gpu::lane_id();
   const int sl = lane % W, base = lane - sl;
   const int e0 = sl * V;
@@ -195,16 +196,19 @@ __global__ void __launch_bounds__(kSubwarpThreads)
           gk[i] = i < V / G && active && e0 + i * G < E ? score_key(gating::group_score(top, G)) : 0;
         }
       }
+      // group numbers without a division per round: a group spans 2^span_log lanes, or a lane holds per_lane
+      const int span_log = spans ? __ffs(G / V) - 1 : 0;  // G / V is a power of two
+      const int per_lane = spans ? 1 : V / G;
       std::uint32_t kept = 0;
 #pragma unroll 1
       for (int r = 0; r < p.topk_groups; ++r) {
         int at = 0;
         std::uint32_t win = 0;
         const int owner = subwarp_argmax<W>(gk, base, &at, &win);
-        const int won = (owner * V + (spans ? 0 : at * G)) / G;  // the winning group
+        const int won = spans ? owner >> span_log : owner * per_lane + at;  // the winning group
 #pragma unroll
         for (int i = 0; i < kMaxGroupSlots; ++i)
-          if (gk[i] != 0 && (e0 + (spans ? 0 : i * G)) / G == won) gk[i] = 0, kept |= 1u << i;
+          if (gk[i] != 0 && (spans ? sl >> span_log : sl * per_lane + i) == won) gk[i] = 0, kept |= 1u << i;
       }
 #pragma unroll
       for (int j = 0; j < V; ++j) {

@@ -153,4 +153,4 @@ def clear_workspace_cache():
     _workspaces.clear()
     t = sys.modules.get("moe_routing.torch")
     if t is not None:
-        t._workspaces.clear()
+        t._clear_workspaces()

@@ -17,7 +17,7 @@ from typing import List, Optional, Tuple
 
 import torch
 
-from . import _ext
+from . import _ext, _torch_cpp
 from ._errors import InvalidArgument, NotAvailable, Unsupported
 
 Tensor = torch.Tensor
@@ -96,6 +96,23 @@ def _ptr(t):
     return 0 if t is None else t.data_ptr()
 
 
+# ---- operators: C++ (csrc/torch_ops.cpp) where built, else registered from Python ---------------------------
+
+_CPP = _torch_cpp.load()  # torch.ops.moe_routing.align_block_size and moe_sum are C++
+_CPP_OPS = ("align_block_size", "moe_sum")  # the _out forms: Python-registered (see csrc/torch_ops.cpp)
+
+
+def _define(name, fn, fake, mutates_args=()):
+    """The operator moe_routing::name, with fake as its fake (meta) implementation: the C++ one when built,
+    else fn (annotated: its schema) registered from Python. Returns what to call in eager mode."""
+    if _CPP and name in _CPP_OPS:
+        torch.library.register_fake(f"moe_routing::{name}", fake)
+        return getattr(torch.ops.moe_routing, name).default
+    op = torch.library.custom_op(f"moe_routing::{name}", fn, mutates_args=mutates_args)
+    op.register_fake(fake)
+    return op
+
+
 # ---- capacities: Python arithmetic (traceable, SymInt-friendly) mirroring routing.h ---------------------------
 
 def _max_padded(numel, num_experts, block_size):
@@ -123,6 +140,17 @@ def _align_caps(numel, num_experts, block_size):
 # Workspace cache: one uint8 tensor per (device, stream, op, shape), kept for the process (see
 # moe_routing.clear_workspace_cache); a graph that captured a workspace's address stays valid.
 _workspaces = {}
+
+
+def _workspace_cache_size():
+    """Workspaces held: the Python path's and the C++ operators'."""
+    return len(_workspaces) + (torch.ops.moe_routing._workspace_cache_size() if _CPP else 0)
+
+
+def _clear_workspaces():
+    _workspaces.clear()
+    if _CPP:
+        torch.ops.moe_routing._clear_workspace_cache()
 
 
 def _workspace(device, stream, op, key, nbytes):
@@ -165,29 +193,29 @@ def _align_impl(topk_ids, num_experts, block_size, out=None, stream=None):
     return s, e, p
 
 
-@torch.library.custom_op("moe_routing::align_block_size", mutates_args=())
-def _align_op(topk_ids: Tensor, num_experts: int, block_size: int) -> Tuple[Tensor, Tensor, Tensor]:
+def _align_py(topk_ids: Tensor, num_experts: int, block_size: int) -> Tuple[Tensor, Tensor, Tensor]:
     return _align_impl(topk_ids, num_experts, block_size)
 
 
-@_align_op.register_fake
-def _(topk_ids, num_experts, block_size):
+def _align_fake(topk_ids, num_experts, block_size):
     padded = _max_padded(topk_ids.numel(), num_experts, block_size)
     return (topk_ids.new_empty(padded, dtype=torch.int32),
             topk_ids.new_empty(_cdiv(padded, block_size), dtype=torch.int32),
             topk_ids.new_empty(1, dtype=torch.int32))
 
 
-@torch.library.custom_op("moe_routing::align_block_size_out",
-                         mutates_args=("sorted_token_ids", "expert_ids", "num_tokens_post_pad"))
-def _align_out_op(topk_ids: Tensor, num_experts: int, block_size: int, sorted_token_ids: Tensor,
+def _align_out_py(topk_ids: Tensor, num_experts: int, block_size: int, sorted_token_ids: Tensor,
                   expert_ids: Tensor, num_tokens_post_pad: Tensor) -> None:
     _align_impl(topk_ids, num_experts, block_size, (sorted_token_ids, expert_ids, num_tokens_post_pad))
 
 
-@_align_out_op.register_fake
-def _(topk_ids, num_experts, block_size, sorted_token_ids, expert_ids, num_tokens_post_pad):
+def _none_fake(*args):
     return None
+
+
+_align_op = _define("align_block_size", _align_py, _align_fake)
+_align_out_op = _define("align_block_size_out", _align_out_py, _none_fake,
+                        ("sorted_token_ids", "expert_ids", "num_tokens_post_pad"))
 
 
 def align_block_size(topk_ids, num_experts, block_size, *, out=None, stream=None):
@@ -199,6 +227,12 @@ def align_block_size(topk_ids, num_experts, block_size, *, out=None, stream=None
             return torch.ops.moe_routing.align_block_size(topk_ids, num_experts, block_size)
         torch.ops.moe_routing.align_block_size_out(topk_ids, num_experts, block_size, *out)
         return tuple(out)
+    if _CPP and stream is None and out is None:  # one dispatch into csrc/torch_ops.cpp; a failure: re-run below
+        try:  # (a tensor of another device type would go to that key's kernel: a meta tensor to the fake one)
+            if topk_ids.is_cpu if _HOST else topk_ids.is_cuda:
+                return _align_op(topk_ids, num_experts, block_size)
+        except Exception:
+            pass
     return _align_impl(topk_ids, num_experts, block_size, out, stream)
 
 
@@ -225,13 +259,11 @@ def _sum_impl(x, out=None, stream=None):
     return out
 
 
-@torch.library.custom_op("moe_routing::moe_sum", mutates_args=())
-def _sum_op(x: Tensor) -> Tensor:
+def _sum_py(x: Tensor) -> Tensor:
     return _sum_impl(x)
 
 
-@_sum_op.register_fake
-def _(x):
+def _sum_fake(x):
     return x.new_empty((x.shape[0], x.shape[2]))
 
 
@@ -243,17 +275,13 @@ def _sum_setup(ctx, inputs, output):
     ctx.shape = inputs[0].shape
 
 
-_sum_op.register_autograd(_sum_backward, setup_context=_sum_setup)
-
-
-@torch.library.custom_op("moe_routing::moe_sum_out", mutates_args=("out",))
-def _sum_out_op(x: Tensor, out: Tensor) -> None:
+def _sum_out_py(x: Tensor, out: Tensor) -> None:
     _sum_impl(x, out)
 
 
-@_sum_out_op.register_fake
-def _(x, out):
-    return None
+_sum_op = _define("moe_sum", _sum_py, _sum_fake)
+torch.library.register_autograd("moe_routing::moe_sum", _sum_backward, setup_context=_sum_setup)
+_sum_out_op = _define("moe_sum_out", _sum_out_py, _none_fake, ("out",))
 
 
 def moe_sum(x, *, out=None, stream=None):
@@ -266,6 +294,12 @@ def moe_sum(x, *, out=None, stream=None):
         return out
     if out is None and x.requires_grad and torch.is_grad_enabled():
         return _sum_op(x)
+    if _CPP and stream is None:  # as align_block_size
+        try:
+            if out is None and (x.is_cpu if _HOST else x.is_cuda):
+                return _sum_op(x)
+        except Exception:
+            pass
     return _sum_impl(x, out, stream)
 
 

@@ -4,6 +4,8 @@
 // The *_ptr functions take raw pointers: the PyTorch layer's fast path, which has checked the tensors itself.
 #include "common.hpp"
 
+#include "../moe_routing/csrc/api_table.h"
+
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 
@@ -293,6 +295,34 @@ void moe_sum_ptr(std::uintptr_t x, int dtype, std::int64_t num_tokens, std::int3
                   reinterpret_cast<void*>(out), stream_ptr(stream)));
 }
 
+// The table of torch_ops.cpp (moe_routing/csrc/api_table.h): plain C types around the C API.
+std::int32_t api_align_caps(std::int64_t numel, std::int32_t num_experts, std::int32_t block_size,
+                            std::int64_t* padded, std::int64_t* blocks, std::size_t* ws) {
+  *padded = moe_align_max_padded(numel, num_experts, block_size);
+  *blocks = moe_align_max_blocks(numel, num_experts, block_size);
+  if (*padded < 0 || *blocks < 0) return MOE_ERROR_INVALID_ARGUMENT;
+  return moe_align_workspace_size(numel, num_experts, block_size, ws);
+}
+std::int32_t api_align(const void* ids, std::int32_t id_type, std::int64_t numel, std::int32_t num_experts,
+                       std::int32_t block_size, std::int32_t* sorted, std::int32_t* experts, std::int32_t* post,
+                       void* ws, std::size_t ws_bytes, void* stream) {
+  return moe_align_block_size(ids, static_cast<moe_dtype_t>(id_type), numel, num_experts, block_size, sorted,
+                              experts, post, ws, ws_bytes, stream);
+}
+std::int32_t api_sum(const void* x, std::int32_t dtype, std::int64_t num_tokens, std::int32_t topk,
+                     std::int64_t hidden, void* out, void* stream) {
+  return ::moe_sum(x, static_cast<moe_dtype_t>(dtype), num_tokens, topk, hidden, out, stream);
+}
+const moe_torch_api_t g_torch_api = {
+    MOE_TORCH_API_VERSION,
+#if defined(MOE_BACKEND_CUDA) || defined(MOE_BACKEND_HIP)
+    0,
+#else
+    1,
+#endif
+    MOE_WORKSPACE_ALIGNMENT, MOE_INT8, MOE_UINT8, MOE_INT16, MOE_INT32, MOE_INT64, MOE_FLOAT32, MOE_FLOAT16,
+    MOE_BFLOAT16, &api_align_caps, &api_align, &api_sum, &moe_last_error};
+
 }  // namespace
 
 void register_core(nb::module_& m) {
@@ -309,6 +339,8 @@ void register_core(nb::module_& m) {
   m.def("moe_sum", &moe_sum, nb::arg("x"), nb::arg("out"), nb::arg("stream"));
   m.def("align_block_size_ptr", &align_block_size_ptr);
   m.def("moe_sum_ptr", &moe_sum_ptr);
+  m.def("torch_api_table", [] { return reinterpret_cast<std::uintptr_t>(&g_torch_api); },
+        "The address of this build's moe_torch_api_t (moe_routing/csrc/api_table.h), for the torch operator shim.");
 
   nb::dict dt;
   dt["int8"] = static_cast<int>(MOE_INT8);

@@ -36,6 +36,85 @@ def test_ops_are_registered():
         assert hasattr(torch.ops.moe_routing, name)
 
 
+def _can_build_cpp():
+    import shutil
+    return shutil.which("ninja") is not None and (shutil.which("c++") or shutil.which("g++")) is not None
+
+
+def test_cpp_operators_are_used():
+    """Where a compiler and ninja exist, align_block_size and moe_sum are the C++ operators (csrc/torch_ops.cpp),
+    unless MOE_ROUTING_TORCH_CPP=0 asked for the Python ones: a silent fallback would hide their overhead."""
+    import os
+    mode = os.environ.get("MOE_ROUTING_TORCH_CPP", "auto")
+    if mode == "0" or not _can_build_cpp():
+        assert not mt._CPP or mode != "0"
+        pytest.skip("the C++ operators are off here (MOE_ROUTING_TORCH_CPP=0 or no compiler)")
+    assert mt._CPP
+    # a C++ operator has no Python kernel: torch.library's custom_op objects are not in play
+    assert isinstance(mt._align_op, torch._ops.OpOverload) and isinstance(mt._sum_op, torch._ops.OpOverload)
+
+
+def test_cpp_operator_errors_are_runtime_errors():
+    """Through torch.ops a C++ operator's failure is torch's RuntimeError with the library's text; the
+    moe_routing.torch functions re-run a failed call on the Python path, which raises moe_routing's classes."""
+    if not mt._CPP:
+        pytest.skip("the C++ operators are not built here")
+    ids = ids_tensor(8, 4)
+    with pytest.raises(RuntimeError, match="block_size"):
+        torch.ops.moe_routing.align_block_size(ids, 4, 0)
+    with pytest.raises(RuntimeError, match="integer dtype"):
+        torch.ops.moe_routing.align_block_size(ids.float(), 4, 4)
+    with pytest.raises(RuntimeError, match="sorted_token_ids has 3 elements"):
+        torch.ops.moe_routing.align_block_size_out(ids, 4, 4, torch.empty(3, dtype=torch.int32, device=DEV),
+                                                   torch.empty(64, dtype=torch.int32, device=DEV),
+                                                   torch.empty(1, dtype=torch.int32, device=DEV))
+    with pytest.raises(RuntimeError, match="does not fit int32"):
+        torch.ops.moe_routing.align_block_size(ids, 2**31, 4)
+    with pytest.raises(RuntimeError, match="x must have shape"):
+        torch.ops.moe_routing.moe_sum(torch.zeros(3, 4, device=DEV))
+    with pytest.raises(RuntimeError, match="contiguous"):
+        torch.ops.moe_routing.moe_sum(torch.zeros(3, 4, 2, device=DEV).transpose(0, 1))
+    with pytest.raises(moe_routing.InvalidArgument, match="block_size"):
+        mt.align_block_size(ids, 4, 0)
+
+
+def test_python_operators_when_cpp_is_off():
+    """MOE_ROUTING_TORCH_CPP=0: the Python-registered operators, in a fresh interpreter, give the same results."""
+    import os
+    import subprocess
+    import sys
+    code = (
+        "import torch, numpy as np, moe_routing, moe_routing.torch as mt\n"
+        "assert not mt._CPP\n"
+        f"dev = {DEV!r}\n"
+        "ids = torch.from_numpy(np.random.default_rng(3).integers(-1, 40, 777).astype(np.int32)).to(dev)\n"
+        "a = mt.align_block_size(ids, 39, 8)\n"
+        "b = moe_routing.align_block_size(ids.cpu().numpy(), 39, 8) if dev == 'cpu' else a\n"
+        "c = torch.ops.moe_routing.align_block_size(ids, 39, 8)\n"
+        "assert all(np.array_equal(x.cpu().numpy(), np.asarray(y)) for x, y in zip(a, b))\n"
+        "assert all(torch.equal(x, y) for x, y in zip(a, c))\n"
+        "x = torch.randn(5, 3, 7, device=dev)\n"
+        "assert torch.equal(mt.moe_sum(x), torch.ops.moe_routing.moe_sum(x))\n"
+        "print('ok')\n")
+    env = dict(os.environ, MOE_ROUTING_TORCH_CPP="0")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "ok" in r.stdout, r.stderr[-2000:]
+
+
+def test_cpp_and_python_paths_agree():
+    """The C++ operators against the Python path of the same call (moe_routing._ext through the DLPack API)."""
+    for numel, e, b in [(0, 8, 4), (1, 256, 16), (999, 60, 16), (4096, 256, 64), (300, 4096, 32)]:
+        ids = ids_tensor(numel, e, seed=numel)
+        got = mt.align_block_size(ids, e, b)
+        want = mt._align_impl(ids, e, b)
+        for g, w in zip(got, want):  # every element: the library writes the tails too
+            assert torch.equal(g, w)
+        check_align(ids, e, b, got)
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        x = torch.randn(33, 4, 65, device=DEV).to(dtype)
+        assert torch.equal(mt.moe_sum(x), mt._sum_impl(x))
+
+
 @pytest.mark.parametrize("dtype", ["int8", "uint8", "int16", "int32", "int64"])
 def test_align_every_id_type(dtype):
     ids = ids_tensor(3000, 60, seed=1, dtype=getattr(torch, dtype))

@@ -163,12 +163,14 @@ __device__ inline void write_expert_ids(const std::int32_t* start, int E, std::i
   if (E < warps) {
     if (warp < E) {
       const std::int32_t begin = start[warp], end = warp + 1 < E ? start[warp + 1] : total;
-      // unsigned counters here and below: a bound may be INT32_MAX itself (block_size near 2^31, or 2^31 - 1 ids
-      // with block_size 1), and a signed i + kWarpSize past it would wrap to a negative index
-      for (std::uint32_t i = out.blocks(begin) + lane, hi = out.blocks(end); i < hi; i += kWarpSize)
+      // 64-bit signed counters here and below: a bound may be INT32_MAX itself (block_size near 2^31, or 2^31 - 1
+      // ids with block_size 1), where a 32-bit i + kWarpSize would wrap; unsigned 32-bit ones were safe too but
+      // kept the compiler from unrolling these loops (cluster_grid 1.02x at 4096x8, perf/NOTES.md step 56)
+      for (std::int64_t i = std::int64_t{out.blocks(begin)} + lane, hi = out.blocks(end); i < hi; i += kWarpSize)
         out.expert_ids[i] = warp;
       if (counts != nullptr)
-        for (std::uint32_t i = begin + counts[warp] + lane, hi = end; i < hi; i += kWarpSize) out.sorted[i] = out.numel;
+        for (std::int64_t i = std::int64_t{begin} + counts[warp] + lane; i < end; i += kWarpSize)
+          out.sorted[i] = out.numel;
     } else {
       const std::uint32_t thread = (warp - E) * kWarpSize + lane, threads = (warps - E) * kWarpSize;
       fill_range(out.expert_ids, used, out.max_blocks, -1, thread, threads);
@@ -190,7 +192,7 @@ __device__ inline void write_expert_ids(const std::int32_t* start, int E, std::i
       more &= more - 1;
       const std::int32_t first = shfl(b0, k), rest = shfl(count, k), which = shfl(e, k);
 #pragma unroll 1
-      for (std::uint32_t q = kFillOwn + lane, hi = rest; q < hi; q += kWarpSize) out.expert_ids[first + q] = which;
+      for (std::int64_t q = kFillOwn + lane; q < rest; q += kWarpSize) out.expert_ids[first + q] = which;
     }
   }
   fill_range(out.expert_ids, used, out.max_blocks, -1, warp * kWarpSize + lane, warps * kWarpSize);
