@@ -26,7 +26,7 @@ def _mode():
 
 
 def load():
-    """True when torch.ops.moe_routing.{align_block_size,moe_sum}[_out] are the C++ operators, bound."""
+    """True when torch.ops.moe_routing.align_block_size and moe_sum are the C++ operators, bound."""
     mode = _mode()
     if mode == "0":
         return False
