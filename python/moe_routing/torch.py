@@ -294,9 +294,9 @@ def moe_sum(x, *, out=None, stream=None):
         return out
     if out is None and x.requires_grad and torch.is_grad_enabled():
         return _sum_op(x)
-    if _CPP and stream is None:  # as align_block_size
+    if _CPP and stream is None and out is None:  # as align_block_size
         try:
-            if out is None and (x.is_cpu if _HOST else x.is_cuda):
+            if x.is_cpu if _HOST else x.is_cuda:
                 return _sum_op(x)
         except Exception:
             pass

@@ -55,8 +55,9 @@ def test_cpp_operators_are_used():
 
 
 def test_cpp_operator_errors_are_runtime_errors():
-    """Through torch.ops a C++ operator's failure is torch's RuntimeError with the library's text; the
-    moe_routing.torch functions re-run a failed call on the Python path, which raises moe_routing's classes."""
+    """Through torch.ops a C++ operator's failure is torch's RuntimeError with the library's text (the _out forms,
+    Python-registered, raise moe_routing's classes, RuntimeErrors too); the moe_routing.torch functions re-run a
+    failed call on the Python path, which raises moe_routing's classes."""
     if not mt._CPP:
         pytest.skip("the C++ operators are not built here")
     ids = ids_tensor(8, 4)

@@ -7,7 +7,7 @@
 // Compiled against the user's torch by moe_routing/_torch_cpp.py (torch.utils.cpp_extension, at the first import
 // of moe_routing.torch, cached); the library is reached through the table moe_routing._ext hands over
 // (api_table.h), so this file needs torch's headers only: no CUDA headers, no link to the library.
-// The checks here keep the library from seeing a wrong tensor (device, dtype, contiguity, capacity); the
+// The checks here keep the library from seeing a wrong tensor (device, dtype, contiguity, shape); the
 // library checks the rest. The Python wrappers in moe_routing/torch.py re-run a failed call on their Python
 // path, which raises moe_routing's own exception classes with the same texts.
 #include <ATen/core/Tensor.h>
@@ -133,43 +133,30 @@ void clear_workspace_cache() {
   g_workspaces.clear();
 }
 
-void align_into(const at::Tensor& ids, std::int32_t num_experts, std::int32_t block_size, const AlignCaps& caps,
-                const at::Tensor& sorted, const at::Tensor& experts, const at::Tensor& post) {
-  void* stream = stream_of(ids);
-  void* ws = workspace(ids, stream, kAlignWorkspace, ids.numel(), num_experts, block_size, caps.workspace);
-  check_status(api().align_block_size(ids.data_ptr(), id_code(ids.scalar_type()), ids.numel(), num_experts,
-                                      block_size, sorted.data_ptr<std::int32_t>(), experts.data_ptr<std::int32_t>(),
-                                      post.data_ptr<std::int32_t>(), ws, caps.workspace, stream));
-}
-
 std::tuple<at::Tensor, at::Tensor, at::Tensor> align_block_size(const at::Tensor& topk_ids, std::int64_t num_experts,
                                                                 std::int64_t block_size) {
   check_tensor(topk_ids, "topk_ids");
   const std::int32_t e = to_i32(num_experts, "num_experts"), b = to_i32(block_size, "block_size");
-  id_code(topk_ids.scalar_type());
+  const std::int32_t id_type = id_code(topk_ids.scalar_type());
   const AlignCaps caps = align_caps(topk_ids, e, b);
   const auto opts = topk_ids.options().dtype(at::kInt);
   at::Tensor sorted = at::empty({caps.padded}, opts), experts = at::empty({caps.blocks}, opts),
              post = at::empty({1}, opts);
-  align_into(topk_ids, e, b, caps, sorted, experts, post);
+  void* stream = stream_of(topk_ids);
+  void* ws = workspace(topk_ids, stream, kAlignWorkspace, topk_ids.numel(), e, b, caps.workspace);
+  check_status(api().align_block_size(topk_ids.data_ptr(), id_type, topk_ids.numel(), e, b,
+                                      sorted.data_ptr<std::int32_t>(), experts.data_ptr<std::int32_t>(),
+                                      post.data_ptr<std::int32_t>(), ws, caps.workspace, stream));
   return {sorted, experts, post};
 }
 
-void sum_into(const at::Tensor& x, const at::Tensor& out) {
-  check_status(api().moe_sum(x.data_ptr(), value_code(x.scalar_type()), x.size(0), to_i32(x.size(1), "topk"),
-                             x.size(2), out.data_ptr(), stream_of(x)));
-}
-
-void check_sum_input(const at::Tensor& x) {
-  check_tensor(x, "x");
-  value_code(x.scalar_type());
-  TORCH_CHECK(x.dim() == 3, "x must have shape (num_tokens, topk, hidden), got ", x.sizes());
-}
-
 at::Tensor moe_sum(const at::Tensor& x) {
-  check_sum_input(x);
+  check_tensor(x, "x");
+  const std::int32_t dtype = value_code(x.scalar_type());
+  TORCH_CHECK(x.dim() == 3, "x must have shape (num_tokens, topk, hidden), got ", x.sizes());
   at::Tensor out = at::empty({x.size(0), x.size(2)}, x.options());
-  sum_into(x, out);
+  check_status(api().moe_sum(x.data_ptr(), dtype, x.size(0), to_i32(x.size(1), "topk"), x.size(2), out.data_ptr(),
+                             stream_of(x)));
   return out;
 }
 
