@@ -39,6 +39,15 @@ constexpr bool kRangeLaunchReentrant = std::is_same<Exec, Kokkos::Serial>::value
 constexpr bool kRangeLaunchReentrant = false;
 #endif
 
+// Host spaces: a hint that the line at `p` will be written soon (a no-op where the compiler has no builtin).
+KOKKOS_INLINE_FUNCTION void prefetch_for_write(const void* p) {
+#if (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDA_ARCH__) && !defined(__HIP_DEVICE_COMPILE__)
+  __builtin_prefetch(p, 1);
+#else
+  (void)p;
+#endif
+}
+
 // Work of a team walking ids in order: one team per segment. On GPUs a team is a warp's worth of threads;
 // on host spaces a team is one thread.
 constexpr int kGpuTeamSize = 32;
