@@ -25,9 +25,9 @@ namespace {
 constexpr std::size_t kAlign = 256;
 constexpr std::int64_t kMaxSegments = 1 << 16;
 // Host spaces: a team is one thread, so a few long segments (one thread walking each with a plain counter)
-// beat many short ones; 64 keeps every core of a large host busy. The count is fixed per build, not per
-// machine, so the workspace still depends on the shape alone.
-constexpr std::int64_t kHostSegments = 64;  // at most; a call uses one per thread (align_ids_host)
+// beat many short ones: a call takes one per thread of the instance, at most this many. The workspace holds
+// rows for this many whatever the machine, so it still depends on the shape alone.
+constexpr std::int64_t kHostSegments = 64;
 // Host spaces: counters of up to this many experts live on the thread's stack (16 KiB) during a pass.
 constexpr std::int32_t kHostLocalExperts = 4096;
 constexpr bool kHostSpace = Kokkos::SpaceAccessibility<Kokkos::HostSpace, Memory>::accessible;
