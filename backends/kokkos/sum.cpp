@@ -44,13 +44,9 @@ void sum_run(const detail::SumShape& s, const void* input, void* output, const E
       });
 }
 
-// Host spaces: one index per (token, chunk of kHostChunk outputs); the chunk's fp32 accumulators on the stack,
-// topk passes over contiguous values (loops the compiler vectorises; the per-index Pack loop above it did not).
-// The same adds in the same order from the same 0, so the same bits. 4096 outputs (16 KiB of accumulators, half
-// an L1): each of a token's topk rows is read in runs of 8 KiB (bf16) the prefetcher follows; 512 read 1 KiB
-// runs and reached 0.76 of a parallel copy at 4096x8x4096 bf16 on 2 threads, 4096 0.97 (NOTES step 66).
-constexpr std::int64_t kHostChunk = 4096;
-
+// Host spaces: one index per (token, chunk of kHostChunk outputs; runtime.hpp), the chunk's fp32 accumulators on
+// the stack, topk passes over contiguous values (loops the compiler vectorises; the per-index Pack loop above it
+// did not). The same adds in the same order from the same 0, so the same bits.
 template <class Traits>
 void sum_host(const detail::SumShape& s, const void* input, void* output, const Exec& exec) {
   using storage = typename Traits::storage;
