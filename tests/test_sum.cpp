@@ -175,6 +175,10 @@ TEST_CASE("conversions: exhaustive over the 16-bit types") {
       CHECK(moe::reference::float_to_half(f).bits == 0x7E00u);
       continue;
     }
+    // the value itself, from the fields (the conversion's three forms: subnormal, normal, infinity)
+    const int e = static_cast<int>((b >> 10) & 0x1Fu), m = static_cast<int>(b & 0x3FFu);
+    const double magnitude = e == 31 ? HUGE_VAL : e == 0 ? std::ldexp(m, -24) : std::ldexp(1024 + m, e - 25);
+    REQUIRE_MESSAGE(f == static_cast<float>((b & 0x8000u) ? -magnitude : magnitude), "half value " << b);
     REQUIRE_MESSAGE(moe::reference::float_to_half(f).bits == b, "half round trip " << b);
     // the midpoint to the next half up rounds to the even one of the two
     if ((b & 0x7FFFu) < 0x7BFFu) {

@@ -8,6 +8,7 @@
 #   PART: ONE  the checks by priority in one call (tests, A/B, memcheck, portable caps, racecheck, benches)
 #         CORE what each open issue needs in one call, most needed first (device time short)
 #         LAND before landing what an AB run measured: suite, EP, memcheck of the changed ops, benches
+#         RACE racecheck of every align path (one step per test group), --caps=portable, HIP-on-NVIDIA
 #         AB   an experiment's build (VAR_BUILD=dir at pack: var.tar.xz) against the current one and the base
 #         TWO  an experiment's A/B (.device/pkg/gv.tar.xz) and ncu sections of gating and combine
 #         PEERS the peer harness (.peers/harness/run.sh) with what is left of BUDGET
@@ -134,6 +135,16 @@ for part in "$@"; do
     step bench-combine 20 $D/cuda/perf/moe_bench_datapath --quick --filter combine --csv "$out/logs/csv/combine.csv"
     step ep-4096 20 $D/cuda/perf/ep_bench_nccl --tokens 4096 --hidden 7168 --experts 256 --topk 8 --dtype bf16
     pack LAND ;;
+  RACE)  # issue 26: racecheck of the align paths (every path that applies, not only the policy's), portable caps, HIP-on-NVIDIA
+    step cuda-portable 60 $D/cuda/tests/moe_tests --caps=portable
+    step hipnv-tests 60 $D/hipnv/tests/moe_tests
+    pack RACE
+    i=0
+    for tc in 'golden*' 'adversarial*' 'random: sizes*' 'random: expert counts*' 'align_ep golden*,align_ep random: every block*'; do
+      i=$((i + 1)); step "racecheck-align-$i" 120 compute-sanitizer --tool racecheck --racecheck-report all --error-exitcode 9 \
+        $D/cuda/tests/moe_tests -tc="$tc"
+      pack RACE
+    done ;;
   AB)  # an experiment (.device/pkg/var.tar.xz) against the current build and the base, interleaved, best of 2
     mkdir -p "$out/logs/csv"
     step info 20 bash -c 'nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv'

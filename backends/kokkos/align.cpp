@@ -25,9 +25,11 @@ namespace {
 constexpr std::size_t kAlign = 256;
 constexpr std::int64_t kMaxSegments = 1 << 16;
 // Host spaces: a team is one thread, so a few long segments (one thread walking each with a plain counter)
-// beat many short ones; 64 keeps every core of a large host busy. The count is fixed per build, not per
-// machine, so the workspace still depends on the shape alone.
+// beat many short ones: a call takes one per thread of the instance, at most this many. The workspace holds
+// rows for this many whatever the machine, so it still depends on the shape alone.
 constexpr std::int64_t kHostSegments = 64;
+// Host spaces: counters of up to this many experts live on the thread's stack (16 KiB) during a pass.
+constexpr std::int32_t kHostLocalExperts = 4096;
 constexpr bool kHostSpace = Kokkos::SpaceAccessibility<Kokkos::HostSpace, Memory>::accessible;
 
 struct Plan {
@@ -195,7 +197,8 @@ void align_ids(const detail::AlignShape& s, const detail::AlignArgs& a, const Pl
 }
 
 // Host spaces (Kokkos::Serial, OpenMP, Threads): the classic stable counting sort, in two parallel passes over
-// the same fixed segments (kHostSegments of them, so the workspace is still a function of the shape):
+// the same segments, one per thread of the instance (the workspace holds kHostSegments rows, so it is still a
+// function of the shape):
 //   count    RangePolicy over segments: each segment walks its ids in order into its own row of counters
 //            (table[segment * E + expert]; no atomics, no team scratch);
 //   scan     on the calling thread, after a fence: per expert, each segment's row entry becomes its first
@@ -210,19 +213,29 @@ void align_ids_host(const detail::AlignShape& s, const detail::AlignArgs& a, con
   std::int32_t* table = reinterpret_cast<std::int32_t*>(static_cast<char*>(a.workspace) + p.table);
   std::int32_t* sorted = a.sorted_token_ids;
   std::int32_t* expert_ids = a.expert_ids;
-  const std::int64_t n = s.numel, segment = p.segment, S = p.segments;
+  // One segment per thread of the instance (at most the plan's): each thread's writes for an expert are then one
+  // long run (a segment's 1/threads of the expert's ids), not 64 runs of a few cache lines shared with the
+  // neighbouring segments' runs (false sharing and partial lines between threads). The result does not depend on
+  // the count (stable either way), the workspace is the plan's.
+  const std::int64_t n = s.numel;
+  const std::int64_t threads = std::max<std::int64_t>(1, std::min<std::int64_t>(exec.concurrency(), p.segments));
+  const std::int64_t segment = (n + threads - 1) / threads, S = (n + segment - 1) / segment;
   const std::int32_t E = s.num_experts, bs = s.block_size, sentinel = static_cast<std::int32_t>(s.numel);
   using Range = Kokkos::RangePolicy<Exec, Kokkos::IndexType<std::int64_t>, Kokkos::Schedule<Kokkos::Static>>;
 
   Kokkos::parallel_for(
       "moe::align::host_count", Range(exec, 0, S), KOKKOS_LAMBDA(const std::int64_t seg) {
-        std::int32_t* row = table + seg * E;
+        // the counters on the thread's stack while they fit: rows of few experts share cache lines with the
+        // next segment's, which another thread counts into at the same time
+        std::int32_t local[kHostLocalExperts];
+        std::int32_t* row = E <= kHostLocalExperts ? local : table + seg * E;
         for (std::int32_t e = 0; e < E; ++e) row[e] = 0;
         const std::int64_t begin = seg * segment, end = begin + segment < n ? begin + segment : n;
         for (std::int64_t i = begin; i < end; ++i) {
           const auto v = static_cast<std::int64_t>(ids[i]);
           if (v >= 0 && v < E) ++row[v];
         }
+        if (row == local) std::copy(local, local + E, table + seg * E);
       });
   exec.fence();
 
@@ -246,11 +259,19 @@ void align_ids_host(const detail::AlignShape& s, const detail::AlignArgs& a, con
 
   Kokkos::parallel_for(
       "moe::align::host_scatter", Range(exec, 0, S), KOKKOS_LAMBDA(const std::int64_t seg) {
+        std::int32_t local[kHostLocalExperts];
         std::int32_t* row = table + seg * E;
+        if (E <= kHostLocalExperts) row = std::copy(row, row + E, local) - E;
         const std::int64_t begin = seg * segment, end = begin + segment < n ? begin + segment : n;
         for (std::int64_t i = begin; i < end; ++i) {
           const auto v = static_cast<std::int64_t>(ids[i]);
-          if (v >= 0 && v < E) sorted[row[v]++] = static_cast<std::int32_t>(i);
+          if (v >= 0 && v < E) {
+            std::int32_t* at = sorted + row[v]++;
+            *at = static_cast<std::int32_t>(i);
+            // an expert's run is written in order: ask for its line two ahead now, so that the store there
+            // finds it in cache (with many experts the hardware prefetcher does not follow that many streams)
+            prefetch_for_write(at + 32);
+          }
         }
       });
 }

@@ -1,6 +1,7 @@
-// moe_combine with Kokkos: sum.cpp's pattern (16 bytes of outputs, or one element, per index of a flat
-// parallel_for) with each slot's row looked up, its presence tested and its weight applied, in k order, by the
-// scalar rules of combine.hpp (compiled for host and device alike: every space gives the reference's bits).
+// moe_combine with Kokkos: sum.cpp's pattern (on GPU spaces 16 bytes of outputs, or one element, per index of a
+// flat parallel_for; host spaces: combine_host, chunks of a token's row) with each slot's row looked up, its
+// presence tested and its weight applied, in k order, by the scalar rules of combine.hpp (compiled for host and
+// device alike: every space gives the reference's bits).
 #include <type_traits>
 
 #include "backend.hpp"
@@ -50,13 +51,51 @@ void combine_run(const detail::CombineShape& s, const detail::CombineArgs& a, co
       });
 }
 
+// Host spaces: sum.cpp's sum_host with the slots' rows, presence and weights (one index per token and chunk of
+// kHostChunk outputs, fp32 accumulators on the stack, a contiguous pass per present slot that the compiler
+// vectorises). The same operations per output in the same k order, so the same bits.
+template <class Traits>
+void combine_host(const detail::CombineShape& s, const detail::CombineArgs& a, const Exec& exec) {
+  using storage = typename Traits::storage;
+  const storage* rows = static_cast<const storage*>(a.rows);
+  storage* out = static_cast<storage*>(a.output);
+  const std::int32_t* positions = a.token_positions;
+  const float* weights = a.topk_weights;
+  const float scale = a.scale;
+  const bool permuted = a.layout == MOE_ROWS_PERMUTED;
+  const std::int64_t hidden = s.hidden, chunks = (hidden + kHostChunk - 1) / kHostChunk;
+  const std::int32_t topk = s.topk;
+  Kokkos::parallel_for(
+      "moe::combine::host", Kokkos::RangePolicy<Exec, Kokkos::IndexType<std::int64_t>>(exec, 0, s.num_tokens * chunks),
+      KOKKOS_LAMBDA(const std::int64_t j) {
+        const std::int64_t t = j / chunks, h0 = (j - t * chunks) * kHostChunk;
+        const std::int64_t len = hidden - h0 < kHostChunk ? hidden - h0 : kHostChunk;
+        float acc[kHostChunk];
+        for (std::int64_t h = 0; h < len; ++h) acc[h] = 0.0f;
+        for (std::int32_t k = 0; k < topk; ++k) {
+          const std::int64_t i = t * topk + k;
+          const std::int64_t r = detail::combine_row(i, positions, permuted);
+          if (r < 0) continue;  // absent: never read
+          const float w = weights != nullptr ? weights[i] : 1.0f;
+          const storage* x = rows + r * hidden + h0;
+          for (std::int64_t h = 0; h < len; ++h) acc[h] = detail::combine_slot(acc[h], w, Traits::load(x[h]));
+        }
+        storage* o = out + t * hidden + h0;
+        for (std::int64_t h = 0; h < len; ++h) o[h] = Traits::store(detail::combine_out(acc[h], scale));
+      });
+}
+
 template <class Traits>
 void combine_values(const detail::CombineShape& s, const detail::CombineArgs& a, const Exec& exec) {
-  constexpr int C = CombinePack<typename Traits::storage>::kCount;
-  const auto addresses = reinterpret_cast<std::uintptr_t>(a.rows) | reinterpret_cast<std::uintptr_t>(a.output);
-  const bool aligned = addresses % 16 == 0;
-  if (aligned && s.hidden % C == 0) combine_run<Traits, C>(s, a, exec);
-  else combine_run<Traits, 1>(s, a, exec);
+  if constexpr (Kokkos::SpaceAccessibility<Kokkos::HostSpace, Memory>::accessible) {
+    combine_host<Traits>(s, a, exec);
+  } else {
+    constexpr int C = CombinePack<typename Traits::storage>::kCount;
+    const auto addresses = reinterpret_cast<std::uintptr_t>(a.rows) | reinterpret_cast<std::uintptr_t>(a.output);
+    const bool aligned = addresses % 16 == 0;
+    if (aligned && s.hidden % C == 0) combine_run<Traits, C>(s, a, exec);
+    else combine_run<Traits, 1>(s, a, exec);
+  }
 }
 
 }  // namespace kokkos

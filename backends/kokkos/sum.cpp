@@ -44,11 +44,9 @@ void sum_run(const detail::SumShape& s, const void* input, void* output, const E
       });
 }
 
-// Host spaces: one index per (token, chunk of kHostChunk outputs); the chunk's fp32 accumulators on the stack,
-// topk passes over contiguous values (loops the compiler vectorises; the per-index Pack loop above it did not).
-// The same adds in the same order from the same 0, so the same bits.
-constexpr std::int64_t kHostChunk = 512;
-
+// Host spaces: one index per (token, chunk of kHostChunk outputs; runtime.hpp), the chunk's fp32 accumulators on
+// the stack, topk passes over contiguous values (loops the compiler vectorises; the per-index Pack loop above it
+// did not). The same adds in the same order from the same 0, so the same bits.
 template <class Traits>
 void sum_host(const detail::SumShape& s, const void* input, void* output, const Exec& exec) {
   using storage = typename Traits::storage;

@@ -40,6 +40,13 @@ MOE_HD float f32_from_bits(std::uint32_t u) {
 }
 MOE_HD bool is_nan_bits(std::uint32_t u) { return (u & 0x7FFFFFFFu) > 0x7F800000u; }
 
+// c ? a : b by masks: compilers keep it a select (a ?: whose operand holds an fp32 op may become a branch, which
+// stops a loop's vectorisation)
+MOE_HD std::uint32_t select_bits(bool c, std::uint32_t a, std::uint32_t b) {
+  const std::uint32_t m = 0u - static_cast<std::uint32_t>(c);
+  return (a & m) | (b & ~m);
+}
+
 // The fp32 accumulator written as fp32: only NaN changes.
 MOE_HD std::uint32_t f32_out_bits(float acc) {
   const std::uint32_t u = f32_bits(acc);
@@ -60,17 +67,15 @@ MOE_HD float f16_to_f32(std::uint16_t h) {
   return __half2float(__ushort_as_half(h));  // cvt.f32.f16: exact, like the code below (fewer registers)
 #endif
   // Exact. Shift exponent and mantissa into place and rebias; subnormals are renormalised by one exact fp32
-  // subtraction (no loop: it would cost registers in the GPU kernels).
+  // subtraction (no loop: it would cost registers in the GPU kernels). All three forms computed, one selected:
+  // no branch, so host loops over halves vectorise (Kokkos host moe_sum: NOTES step 67).
   constexpr std::uint32_t kExpMask = 0x7C00u << 13;
-  std::uint32_t o = std::uint32_t{h & 0x7FFFu} << 13;
-  const std::uint32_t exp = o & kExpMask;
-  o += (127u - 15u) << 23;
-  if (exp == kExpMask) {
-    o += (128u - 16u) << 23;  // inf / NaN: exponent all ones
-  } else if (exp == 0) {
-    o += 1u << 23;
-    o = f32_bits(f32_from_bits(o) - f32_from_bits(113u << 23));
-  }
+  const std::uint32_t shifted = std::uint32_t{h & 0x7FFFu} << 13;
+  const std::uint32_t exp = shifted & kExpMask;
+  const std::uint32_t normal = shifted + ((127u - 15u) << 23);
+  const std::uint32_t inf_nan = normal + ((128u - 16u) << 23);  // exponent all ones
+  const std::uint32_t subnormal = f32_bits(f32_from_bits(normal + (1u << 23)) - f32_from_bits(113u << 23));
+  const std::uint32_t o = select_bits(exp == kExpMask, inf_nan, select_bits(exp == 0, subnormal, normal));
   return f32_from_bits(o | (std::uint32_t{h & 0x8000u} << 16));
 }
 
@@ -80,25 +85,21 @@ MOE_HD std::uint16_t f32_to_f16(float f) {
   // results, which the tests compare bit for bit. The branchy software form spilled registers in moe_sum.
   return f != f ? kCanonicalNanF16 : __half_as_ushort(__float2half_rn(f));
 #endif
+  // Branch-free (every form computed, one selected by masks), so host loops over halves vectorise.
   const std::uint32_t u = f32_bits(f);
   const std::uint32_t sign = (u >> 16) & 0x8000u;
   const std::uint32_t x = u & 0x7FFFFFFFu;
-  if (x > 0x7F800000u) return kCanonicalNanF16;
-  if (x >= 0x477FF000u) return static_cast<std::uint16_t>(sign | 0x7C00u);  // >= 65520 rounds to infinity
-  if (x >= 0x38800000u) {                                                 // normal half: rebias, round
-    std::uint32_t r = x - (112u << 23);
-    r += 0xFFFu + ((r >> 13) & 1u);
-    return static_cast<std::uint16_t>(sign | (r >> 13));
-  }
-  if (x <= 0x33000000u) return static_cast<std::uint16_t>(sign);  // <= 2^-25: ties to even zero
-  // subnormal half: round (mant * 2^(exp-150)) / 2^-24 = mant >> (126 - exp) to nearest even
-  const std::uint32_t mant = (x & 0x7FFFFFu) | 0x800000u;
-  const std::uint32_t shift = 126u - (x >> 23);
-  std::uint32_t r = mant >> shift;
-  const std::uint32_t rem = mant & ((1u << shift) - 1u);
-  const std::uint32_t half = 1u << (shift - 1u);
-  if (rem > half || (rem == half && (r & 1u))) ++r;
-  return static_cast<std::uint16_t>(sign | r);
+  // normal half (2^-14 <= |f| < 65520): rebias, round to nearest even at bit 13
+  const std::uint32_t normal = (x - (112u << 23) + 0xFFFu + ((x >> 13) & 1u)) >> 13;
+  // subnormal half or zero (|f| < 2^-14): |f| + 0.5 has an ulp of 2^-24, the half's quantum, so the fp32 add
+  // rounds |f| / 2^-24 to the nearest even integer, left in the low mantissa bits (1024, the smallest normal
+  // half's bits, where it rounds up into it)
+  constexpr std::uint32_t kHalf = 126u << 23;
+  const std::uint32_t subnormal = f32_bits(f32_from_bits(x) + f32_from_bits(kHalf)) - kHalf;
+  std::uint32_t o = select_bits(x >= 0x38800000u, normal, subnormal);
+  o = select_bits(x >= 0x477FF000u, 0x7C00u, o);  // >= 65520 rounds to infinity
+  o |= sign;
+  return static_cast<std::uint16_t>(select_bits(x > 0x7F800000u, kCanonicalNanF16, o));
 }
 
 // fp32 product and sum, each rounded on its own: never fused into an FMA, whatever the compiler's contraction

@@ -296,7 +296,7 @@ def moe_sum(x, *, out=None, stream=None):
         return _sum_op(x)
     if _CPP and stream is None and out is None:  # as align_block_size
         try:
-            if x.is_cpu if _HOST else x.is_cuda:
+            if (x.is_cpu if _HOST else x.is_cuda) and x.dim() == 3:
                 return _sum_op(x)
         except Exception:
             pass
@@ -331,6 +331,11 @@ def moe_align_block_size(topk_ids, block_size, num_experts, expert_map=None, pad
     nblocks = _cdiv(length, block_size)
     groups = num_experts if num_local_experts is None else num_local_experts
     cap = _max_padded(numel, groups, block_size)
+    if (expert_map is None and num_local_experts is None and length == cap and nblocks == _cdiv(cap, block_size)
+            and not _is_compiling()):
+        # vLLM's lengths are the library's capacities (numel >= num_experts, no extra padding): the allocating
+        # operator (one C++ dispatch when csrc/torch_ops.cpp is built) returns exactly these shapes
+        return align_block_size(topk_ids, num_experts, block_size)
     dev = topk_ids.device
     # Past the library's capacity nothing is written: pre-fill there (one fill each, only when needed).
     if length > cap:

@@ -153,7 +153,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> align_block_size(const at::Tensor
 at::Tensor moe_sum(const at::Tensor& x) {
   check_tensor(x, "x");
   const std::int32_t dtype = value_code(x.scalar_type());
-  TORCH_CHECK(x.dim() == 3, "x must have shape (num_tokens, topk, hidden), got ", x.sizes());
+  // the dimension count, not x.sizes(): a failed check that printed the sizes crashed the process on the GPU
+  // machine (torch 2.11, CUDA tensors; the scalar type's message did not); the Python wrapper re-raises with
+  // the full text anyway
+  TORCH_CHECK(x.dim() == 3, "x must have shape (num_tokens, topk, hidden), got ", x.dim(), " dimensions");
   at::Tensor out = at::empty({x.size(0), x.size(2)}, x.options());
   check_status(api().moe_sum(x.data_ptr(), dtype, x.size(0), to_i32(x.size(1), "topk"), x.size(2), out.data_ptr(),
                              stream_of(x)));
