@@ -8,6 +8,7 @@
 #include "dispatch.hpp"
 #include "gpu_runtime.hpp"
 #include "numeric.hpp"
+#include "primitives.cuh"
 
 namespace moe {
 namespace backend {
@@ -22,10 +23,7 @@ struct alignas(16) ZeroVec {
 __device__ const ZeroVec g_zero_vec = {{0u, 0u, 0u, 0u}};  // what an absent slot's load reads (never its row)
 
 template <class Traits>
-struct alignas(16) Vec {  // 16 bytes of values
-  static constexpr int kCount = 16 / sizeof(typename Traits::storage);
-  typename Traits::storage v[kCount];
-};
+using Vec = gpu::Vec16<Traits>;  // 16 bytes of values (primitives.cuh)
 
 // grid.x = num_tokens * chunks; each block covers kCombineThreads * kVecs vectors of one token's row. kInFlight:
 // slots loaded together (topk up to it in one round, more in rounds). kTopk > 0: topk known at compile time.

@@ -8,6 +8,7 @@
 #include "ep/ep_kernels.hpp"
 #include "ep/ops.hpp"
 #include "gpu_runtime.hpp"
+#include "primitives.cuh"
 
 namespace moe {
 namespace ep {
@@ -90,11 +91,6 @@ __global__ void __launch_bounds__(kThreads) reduce_kernel(k::ReduceView<Traits> 
 // 16 bytes of one token's output per thread: the token's rows loaded kInFlight at a time, every load
 // unconditional (past topk it reloads the round's first row, unused), then reduced element by element in k
 // order with WeightedSum: the operations and order of reduce_element. Needs 16-byte aligned rows.
-template <class Traits>
-struct alignas(16) Row16 {
-  typename Traits::storage v[16 / sizeof(typename Traits::storage)];
-};
-
 template <class Traits, int kInFlight>
 __global__ void __launch_bounds__(kThreads) reduce_vec_kernel(k::ReduceView<Traits> v, std::int32_t vecs,
                                                               std::int32_t chunks) {
@@ -104,8 +100,8 @@ __global__ void __launch_bounds__(kThreads) reduce_vec_kernel(k::ReduceView<Trai
   const std::int64_t t = blockIdx.x / static_cast<unsigned>(chunks);
   const int vec = static_cast<int>(blockIdx.x % static_cast<unsigned>(chunks)) * kThreads + static_cast<int>(threadIdx.x);
   if (vec >= vecs) return;
-  Row16<Traits>* out = reinterpret_cast<Row16<Traits>*>(v.output + t * v.hidden) + vec;
-  Row16<Traits> y;
+  gpu::Vec16<Traits>* out = reinterpret_cast<gpu::Vec16<Traits>*>(v.output + t * v.hidden) + vec;
+  gpu::Vec16<Traits> y;
   if (!k::reduce_token_ok(v, t)) {  // as reduce_element: canonical NaN, the status says why
 #pragma unroll
     for (int c = 0; c < C; ++c) y.v[c] = Traits::store(numeric::f32_from_bits(numeric::kCanonicalNanF32));
@@ -116,12 +112,12 @@ __global__ void __launch_bounds__(kThreads) reduce_vec_kernel(k::ReduceView<Trai
   const float* w = v.weights != nullptr ? v.weights + t * v.topk : nullptr;
   WeightedSum acc[C];
   for (std::int32_t k0 = 0; k0 < v.topk; k0 += kInFlight) {
-    Row16<Traits> x[kInFlight];
+    gpu::Vec16<Traits> x[kInFlight];
     float wk[kInFlight];
 #pragma unroll
     for (int j = 0; j < kInFlight; ++j) {
       const std::int32_t kk = k0 + j < v.topk ? k0 + j : k0;
-      x[j] = reinterpret_cast<const Row16<Traits>*>(v.crecv + static_cast<std::int64_t>(src[kk]) * v.hidden)[vec];
+      x[j] = reinterpret_cast<const gpu::Vec16<Traits>*>(v.crecv + static_cast<std::int64_t>(src[kk]) * v.hidden)[vec];
       wk[j] = w != nullptr ? w[kk] : 1.0f;
     }
 #pragma unroll

@@ -33,6 +33,14 @@ MOE_DEVICE lane_mask_t match_bucket(int bucket, bool valid, int bits) {
 #endif
 }
 
+// 16 bytes of values (Traits::storage): the unit of the memory-bound kernels' loads and stores (moe_sum,
+// moe_combine, the EP combine's reduction), over rows that are 16-byte aligned.
+template <class Traits>
+struct alignas(16) Vec16 {
+  static constexpr int kCount = 16 / sizeof(typename Traits::storage);
+  typename Traits::storage v[kCount];
+};
+
 // Inclusive prefix sum across the lanes of a warp.
 template <class T>
 MOE_DEVICE T warp_inclusive_scan(T v) {

@@ -5,6 +5,7 @@
 #include "dispatch.hpp"
 #include "gpu_runtime.hpp"
 #include "numeric.hpp"
+#include "primitives.cuh"
 
 namespace moe {
 namespace backend {
@@ -26,10 +27,7 @@ struct SumTuning {
 constexpr int kSumThreads = SumTuning::kThreads;
 
 template <class Traits>
-struct alignas(16) Vec {  // 16 bytes of values
-  static constexpr int kCount = 16 / sizeof(typename Traits::storage);
-  typename Traits::storage v[kCount];
-};
+using Vec = gpu::Vec16<Traits>;  // 16 bytes of values (primitives.cuh)
 
 __device__ __forceinline__ float add(float a, float b) { return __fadd_rn(a, b); }
 

@@ -30,7 +30,6 @@ constexpr std::int64_t kMaxSegments = 1 << 16;
 constexpr std::int64_t kHostSegments = 64;
 // Host spaces: counters of up to this many experts live on the thread's stack (16 KiB) during a pass.
 constexpr std::int32_t kHostLocalExperts = 4096;
-constexpr bool kHostSpace = Kokkos::SpaceAccessibility<Kokkos::HostSpace, Memory>::accessible;
 
 struct Plan {
   std::int64_t segment = 0, segments = 0;

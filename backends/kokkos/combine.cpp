@@ -63,13 +63,10 @@ void combine_host(const detail::CombineShape& s, const detail::CombineArgs& a, c
   const float* weights = a.topk_weights;
   const float scale = a.scale;
   const bool permuted = a.layout == MOE_ROWS_PERMUTED;
-  const std::int64_t hidden = s.hidden, chunks = (hidden + kHostChunk - 1) / kHostChunk;
+  const std::int64_t hidden = s.hidden;
   const std::int32_t topk = s.topk;
-  Kokkos::parallel_for(
-      "moe::combine::host", Kokkos::RangePolicy<Exec, Kokkos::IndexType<std::int64_t>>(exec, 0, s.num_tokens * chunks),
-      KOKKOS_LAMBDA(const std::int64_t j) {
-        const std::int64_t t = j / chunks, h0 = (j - t * chunks) * kHostChunk;
-        const std::int64_t len = hidden - h0 < kHostChunk ? hidden - h0 : kHostChunk;
+  for_each_host_chunk(
+      "moe::combine::host", exec, s.num_tokens, hidden, [=](std::int64_t t, std::int64_t h0, std::int64_t len) {
         float acc[kHostChunk];
         for (std::int64_t h = 0; h < len; ++h) acc[h] = 0.0f;
         for (std::int32_t k = 0; k < topk; ++k) {
@@ -87,7 +84,7 @@ void combine_host(const detail::CombineShape& s, const detail::CombineArgs& a, c
 
 template <class Traits>
 void combine_values(const detail::CombineShape& s, const detail::CombineArgs& a, const Exec& exec) {
-  if constexpr (Kokkos::SpaceAccessibility<Kokkos::HostSpace, Memory>::accessible) {
+  if constexpr (kHostSpace) {
     combine_host<Traits>(s, a, exec);
   } else {
     constexpr int C = CombinePack<typename Traits::storage>::kCount;

@@ -20,7 +20,7 @@ void permute_words(const detail::PermuteShape& s, const detail::PermuteArgs& a, 
   const std::int64_t row_words = s.row_bytes / static_cast<std::int64_t>(sizeof(W));
   const std::int64_t numel = s.numel(), max_rows = s.max_rows;
   const std::int32_t topk = s.topk;
-  const bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, Memory>::accessible;
+  const bool host = kHostSpace;
   const int team = host ? 1 : 128;
   const auto league = static_cast<int>(std::min<std::int64_t>(max_rows, host ? 4096 : 65536));
   Kokkos::parallel_for(

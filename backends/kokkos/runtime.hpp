@@ -1,5 +1,5 @@
 // The Kokkos backend's runtime: which execution space, how the `stream` argument maps to an instance of it,
-// and who initialises Kokkos. Shared by align.cpp, sum.cpp and runtime.cpp.
+// who initialises Kokkos, and what the operations' host-space forms share. Included by every file here.
 #pragma once
 
 #include <Kokkos_Core.hpp>
@@ -12,6 +12,8 @@ namespace kokkos {
 
 using Exec = Kokkos::DefaultExecutionSpace;
 using Memory = Exec::memory_space;
+// The execution space's memory is the host's (Serial, OpenMP, Threads): the operations take their host forms.
+constexpr bool kHostSpace = Kokkos::SpaceAccessibility<Kokkos::HostSpace, Memory>::accessible;
 template <class T>
 using DeviceView = Kokkos::View<T*, Memory, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;  // over caller pointers
 
@@ -54,12 +56,23 @@ KOKKOS_INLINE_FUNCTION void prefetch_for_write(const void* p) {
 // bf16 on 2 threads, 4096 0.97 (perf/NOTES.md step 66).
 constexpr std::int64_t kHostChunk = 4096;
 
+// Host spaces: f(t, h0, len) for every token t < num_tokens and chunk [h0, h0 + len) of its hidden outputs, one
+// parallel index each (moe_sum and moe_combine).
+template <class F>
+void for_each_host_chunk(const char* name, const Exec& exec, std::int64_t num_tokens, std::int64_t hidden, const F& f) {
+  const std::int64_t chunks = (hidden + kHostChunk - 1) / kHostChunk;
+  Kokkos::parallel_for(
+      name, Kokkos::RangePolicy<Exec, Kokkos::IndexType<std::int64_t>>(exec, 0, num_tokens * chunks),
+      KOKKOS_LAMBDA(const std::int64_t j) {
+        const std::int64_t t = j / chunks, h0 = (j - t * chunks) * kHostChunk;
+        f(t, h0, hidden - h0 < kHostChunk ? hidden - h0 : kHostChunk);
+      });
+}
+
 // Work of a team walking ids in order: one team per segment. On GPUs a team is a warp's worth of threads;
 // on host spaces a team is one thread.
 constexpr int kGpuTeamSize = 32;
-inline int team_size() {
-  return Kokkos::SpaceAccessibility<Kokkos::HostSpace, Memory>::accessible ? 1 : kGpuTeamSize;
-}
+inline int team_size() { return kHostSpace ? 1 : kGpuTeamSize; }
 
 }  // namespace kokkos
 }  // namespace moe

@@ -52,13 +52,10 @@ void sum_host(const detail::SumShape& s, const void* input, void* output, const 
   using storage = typename Traits::storage;
   const storage* in = static_cast<const storage*>(input);
   storage* out = static_cast<storage*>(output);
-  const std::int64_t hidden = s.hidden, chunks = (hidden + kHostChunk - 1) / kHostChunk;
+  const std::int64_t hidden = s.hidden;
   const std::int32_t topk = s.topk;
-  Kokkos::parallel_for(
-      "moe::sum::host", Kokkos::RangePolicy<Exec, Kokkos::IndexType<std::int64_t>>(exec, 0, s.num_tokens * chunks),
-      KOKKOS_LAMBDA(const std::int64_t j) {
-        const std::int64_t t = j / chunks, h0 = (j - t * chunks) * kHostChunk;
-        const std::int64_t len = hidden - h0 < kHostChunk ? hidden - h0 : kHostChunk;
+  for_each_host_chunk(
+      "moe::sum::host", exec, s.num_tokens, hidden, [=](std::int64_t t, std::int64_t h0, std::int64_t len) {
         const storage* x = in + t * topk * hidden + h0;
         float acc[kHostChunk];
         for (std::int64_t h = 0; h < len; ++h) acc[h] = 0.0f;
@@ -73,7 +70,7 @@ void sum_host(const detail::SumShape& s, const void* input, void* output, const 
 
 template <class Traits>
 void sum_values(const detail::SumShape& s, const void* input, void* output, const Exec& exec) {
-  if constexpr (Kokkos::SpaceAccessibility<Kokkos::HostSpace, Memory>::accessible) {
+  if constexpr (kHostSpace) {
     sum_host<Traits>(s, input, output, exec);
   } else {
     constexpr int C = Pack<typename Traits::storage>::kCount;

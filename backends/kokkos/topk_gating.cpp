@@ -4,7 +4,8 @@
 // pass, the kept groups and then the chosen experts found by a radix select over the 48-bit order keys (counts in
 // team scratch), the chosen gathered into the output row and sorted there by a one-direction bitonic network, the
 // weights computed in place; every order-dependent sum serial in one thread. Scratch: level 0, a few KiB per team,
-// whatever the shape. No host synchronisation.
+// whatever the shape. No host synchronisation. Host spaces take gating_host where topk and topk_groups are small: a
+// token per index, the reference's steps in one pass each, the chosen kept in a sorted list on the stack.
 #include "backend.hpp"
 #include "dispatch.hpp"
 #include "gating_rules.hpp"
@@ -90,6 +91,117 @@ KOKKOS_INLINE_FUNCTION float team_serial_sum(const Team& team, const std::uint32
   const float s = sh.sum;
   team.team_barrier();
   return s;
+}
+
+// Host spaces: one index per token, the reference's steps in its order on the thread's stack, no team: the softmax's
+// max and sum (the terms of a chunk of kHostChunkExperts staged, then added in ascending e), the group keys (the
+// top two selection keys of each group) and the kept groups, then one pass over the experts of kept groups
+// keeping the topk largest order keys in a descending list (an insertion where a key beats the last: few after
+// the first experts), the weights from the list. The keys are the reference's (gating_rules.hpp), each unique, so
+// the list holds what its partial sort chooses, in its order. Was the team form with a team of one thread:
+// six radix-select passes over 256 counters and every key recomputed per pass, 3-9x the reference's time at
+// 4096 tokens (perf/NOTES.md step 70).
+constexpr int kHostMaxTopk = 64;  // topk and topk_groups up to this on the stack; more: the team form
+constexpr int kHostChunkExperts = 256;
+constexpr int kHostKeyExperts = 1024;  // 8 KiB of keys on the stack
+
+// list[0, n) descending; inserts k (unique) where it beats list[n - 1], dropping the last.
+KOKKOS_INLINE_FUNCTION void insert_descending(std::uint64_t* list, int n, std::uint64_t k) {
+  if (k <= list[n - 1]) return;
+  int i = n - 1;
+  for (; i > 0 && list[i - 1] < k; --i) list[i] = list[i - 1];
+  list[i] = k;
+}
+
+template <class Traits>
+void gating_host(const detail::TopkGatingShape& s, const detail::TopkGatingArgs& a, const Exec& exec) {
+  using storage = typename Traits::storage;
+  const storage* logits = static_cast<const storage*>(a.logits);
+  const float* bias = a.correction_bias;
+  std::int32_t* out_ids = a.topk_ids;
+  float* out_w = a.topk_weights;
+  const std::int32_t E = s.num_experts, K = s.topk, G = s.group_size, groups = s.num_groups, kept_groups = s.topk_groups;
+  const moe_score_t score = s.score;
+  const bool renormalize = s.renormalize;
+  const float scale = s.routed_scaling_factor;
+  Kokkos::parallel_for(
+      "moe::topk_gating::host", Kokkos::RangePolicy<Exec, Kokkos::IndexType<std::int64_t>>(exec, 0, s.num_tokens),
+      KOKKOS_LAMBDA(const std::int64_t t) {
+        const storage* row = logits + t * E;
+        // 1. the softmax's max and sum
+        float m = 0.0f, sum = 0.0f;
+        if (score == MOE_SCORE_SOFTMAX) {
+          std::uint32_t mk = 0;
+          for (std::int32_t e = 0; e < E; ++e) {
+            const std::uint32_t k = score_key(Traits::load(row[e]));
+            mk = k > mk ? k : mk;
+          }
+          m = gating::softmax_max(mk);
+          float terms[kHostChunkExperts];
+          for (std::int32_t c0 = 0; c0 < E; c0 += kHostChunkExperts) {
+            const std::int32_t n = E - c0 < kHostChunkExperts ? E - c0 : kHostChunkExperts;
+            for (std::int32_t i = 0; i < n; ++i) terms[i] = gating::softmax_term(Traits::load(row[c0 + i]), m);
+            for (std::int32_t i = 0; i < n; ++i) sum = numeric::add_f32(sum, terms[i]);
+          }
+        }
+        const auto compute_key = [&](std::int32_t e) {
+          const float sc = gating::score_of(score, Traits::load(row[e]), m, sum);
+          return order_key(gating::selection_of(sc, bias, e), e);
+        };
+        // up to kHostKeyExperts experts: every key computed once, in a loop of its own (the group and expert
+        // passes read them); more: each pass computes them again
+        std::uint64_t keys[kHostKeyExperts];
+        const bool staged = E <= kHostKeyExperts;
+        if (staged)
+          for (std::int32_t e = 0; e < E; ++e) keys[e] = compute_key(e);
+        const auto key_of = [&](std::int32_t e) { return staged ? keys[e] : compute_key(e); };
+        // 2. the kept groups, as a list of their keys
+        std::uint64_t list[kHostMaxTopk];
+        std::int32_t kept[kHostMaxTopk];  // the kept groups (the order of insertion changes no list)
+        const bool grouped = groups > 1;
+        if (grouped) {
+          for (std::int32_t i = 0; i < kept_groups; ++i) list[i] = 0;
+          for (std::int32_t g = 0; g < groups; ++g) {
+            Top2 top{0, 0};
+            for (std::int32_t e = g * G; e < (g + 1) * G; ++e) top = gating::top2_insert(top, key_of(e));
+            insert_descending(list, kept_groups, order_key(gating::group_score(top, G), g));
+          }
+          for (std::int32_t i = 0; i < kept_groups; ++i) kept[i] = gating::index_of_key(list[i]);
+        }
+        // 3. the chosen experts: the topk largest keys among the experts of kept groups, descending
+        for (std::int32_t r = 0; r < K; ++r) list[r] = 0;
+        if (grouped) {
+          for (std::int32_t i = 0; i < kept_groups; ++i)
+            for (std::int32_t e = kept[i] * G; e < (kept[i] + 1) * G; ++e) insert_descending(list, K, key_of(e));
+        } else {
+          for (std::int32_t e = 0; e < E; ++e) insert_descending(list, K, key_of(e));
+        }
+        // 4. the weights, in the written order
+        std::int32_t* ids = out_ids + t * K;
+        float v[kHostMaxTopk];
+        for (std::int32_t r = 0; r < K; ++r) {
+          ids[r] = gating::index_of_key(list[r]);
+          v[r] = gating::score_of(score, Traits::load(row[ids[r]]), m, sum);
+        }
+        if (score == MOE_SCORE_SOFTMAX_TOPK) {
+          std::uint32_t mk = 0;
+          for (std::int32_t r = 0; r < K; ++r) {
+            const std::uint32_t k = score_key(v[r]);
+            mk = k > mk ? k : mk;
+          }
+          const float mt = gating::softmax_max(mk);
+          float st = 0.0f;
+          for (std::int32_t r = 0; r < K; ++r) st = numeric::add_f32(st, gating::softmax_term(v[r], mt));
+          for (std::int32_t r = 0; r < K; ++r) v[r] = numeric::div_f32(gating::softmax_term(v[r], mt), st);
+        }
+        if (renormalize) {
+          float total = 0.0f;
+          for (std::int32_t r = 0; r < K; ++r) total = numeric::add_f32(total, v[r]);
+          for (std::int32_t r = 0; r < K; ++r) v[r] = numeric::div_f32(v[r], total);
+        }
+        std::uint32_t* w = reinterpret_cast<std::uint32_t*>(out_w + t * K);
+        for (std::int32_t r = 0; r < K; ++r) w[r] = numeric::f32_out_bits(numeric::mul_f32(v[r], scale));
+      });
 }
 
 template <class Traits>
@@ -244,7 +356,14 @@ std::size_t topk_gating_workspace_size(const detail::TopkGatingShape&) { return 
 void topk_gating(const detail::TopkGatingShape& shape, const detail::TopkGatingArgs& args, void* stream) {
   kokkos::ensure_initialized();
   const kokkos::Exec exec = kokkos::instance_for(stream);
-  detail::dispatch_value_traits(args.dtype, [&](auto traits) { kokkos::gating_run<decltype(traits)>(shape, args, exec); });
+  const bool host = kokkos::kHostSpace && shape.topk <= kokkos::kHostMaxTopk &&
+                    (shape.num_groups == 1 || shape.topk_groups <= kokkos::kHostMaxTopk);
+  detail::dispatch_value_traits(args.dtype, [&](auto traits) {
+    if constexpr (kokkos::kHostSpace) {
+      if (host) return kokkos::gating_host<decltype(traits)>(shape, args, exec);
+    }
+    kokkos::gating_run<decltype(traits)>(shape, args, exec);
+  });
 }
 
 }  // namespace backend
