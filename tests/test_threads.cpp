@@ -1,8 +1,11 @@
-// Calls from many host threads at once (routing.h: safe on every backend): 8 threads, each running align and
-// sum on its own random inputs, every result compared with the reference. On Kokkos, calls share one execution
+// Calls from many host threads at once (routing.h: safe on every backend): 8 threads, each running align, sum
+// and topk_gating on its own random inputs, every result compared with the reference. On Kokkos, calls share one execution
 // space instance and its team scratch (Kokkos::Serial: one per process): before the per-instance lock, ~2 % of
 // align results were wrong with 2 threads, and 8 threads hit heap-use-after-free.
 #include <atomic>
+#include <cstring>
+#include <random>
+#include <string>
 #include <mutex>
 #include <thread>
 
@@ -98,9 +101,51 @@ struct ThreadSumCase {
   }
 };
 
+// Gating with small topk (Kokkos host spaces: the host form) and topk above 64 (the team form, with team scratch).
+struct ThreadGatingCase {
+  std::int64_t tokens = 1;
+  std::int32_t E = 8;
+  moe_gate_t gate{};
+  std::vector<std::int32_t> want_ids;
+  std::vector<float> want_w;
+  moe::device_buffer<float> logits, weights;
+  moe::device_buffer<std::int32_t> ids;
+
+  void init(Rng& rng) {
+    tokens = 1 + static_cast<std::int64_t>(rng() % 48);
+    static constexpr std::int32_t kExperts[] = {8, 64, 300};
+    E = kExperts[rng() % 3];
+    gate.topk = E == 300 && rng() % 2 == 0 ? 80 : static_cast<std::int32_t>(1 + rng() % 8);
+    gate.score = rng() % 2 == 0 ? MOE_SCORE_SOFTMAX : MOE_SCORE_SIGMOID;
+    gate.num_groups = 1;
+    gate.topk_groups = 1;
+    gate.renormalize = 1;
+    gate.routed_scaling_factor = 1.0f;
+    std::vector<float> x(static_cast<std::size_t>(tokens * E));
+    std::normal_distribution<float> d(0.0f, 2.0f);
+    for (auto& v : x) v = d(rng);
+    logits = to_device(x);
+    const auto n = static_cast<std::size_t>(tokens * gate.topk);
+    ids = moe::device_buffer<std::int32_t>(n);
+    weights = moe::device_buffer<float>(n);
+    want_ids.resize(n);
+    want_w.resize(n);
+    moe::reference::topk_gating(x.data(), MOE_FLOAT32, tokens, E, gate, want_ids.data(), want_w.data());
+  }
+  std::string run() {
+    moe::topk_gating(logits.data(), tokens, E, gate, ids.data(), weights.data());
+    moe::synchronize();
+    const std::vector<std::int32_t> got_ids = to_host(ids);
+    const std::vector<float> got_w = to_host(weights);
+    if (got_ids == want_ids && std::memcmp(got_w.data(), want_w.data(), want_w.size() * sizeof(float)) == 0) return {};
+    return "topk_gating " + std::to_string(tokens) + " tokens, " + std::to_string(E) + " experts, topk " +
+           std::to_string(gate.topk) + " differs";
+  }
+};
+
 }  // namespace
 
-TEST_CASE("threads: 8 host threads calling align and sum at once, every result checked") {
+TEST_CASE("threads: 8 host threads calling align, sum and topk_gating at once, every result checked") {
   constexpr int kThreads = 8, kAlignCases = 3, kRounds = 24;
   Failures failures;
   std::vector<std::thread> pool;
@@ -118,13 +163,15 @@ TEST_CASE("threads: 8 host threads calling align and sum at once, every result c
         }
         ThreadSumCase sum;
         sum.init(rng);
+        ThreadGatingCase gating;
+        gating.init(rng);
         for (int r = 0; r < kRounds; ++r) {
           for (int c = 0; c < kAlignCases; ++c) {
             const std::string why = align[c].run();
             if (!why.empty()) failures.add("thread " + std::to_string(t) + " round " + std::to_string(r) + ": " + why);
           }
-          const std::string why = sum.run();
-          if (!why.empty()) failures.add("thread " + std::to_string(t) + " round " + std::to_string(r) + ": " + why);
+          for (const std::string& why : {sum.run(), gating.run()})
+            if (!why.empty()) failures.add("thread " + std::to_string(t) + " round " + std::to_string(r) + ": " + why);
         }
       } catch (const std::exception& e) {
         failures.add("thread " + std::to_string(t) + " threw: " + e.what());

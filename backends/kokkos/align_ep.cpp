@@ -125,6 +125,7 @@ void align_ep(const detail::AlignEpShape& s, const detail::AlignEpArgs& a, void*
                                    a.workspace, a.workspace_bytes},
           stream);
     std::int32_t* counts = a.expert_counts;
+    const auto lock = kokkos::lock_for_range_kernels(stream);  // after align's call, which locks itself
     if (counts != nullptr)
       Kokkos::parallel_for(
           "moe::align_ep::zero_counts", Kokkos::RangePolicy<kokkos::Exec>(exec, 0, s.num_local_experts),
@@ -138,6 +139,7 @@ void align_ep(const detail::AlignEpShape& s, const detail::AlignEpArgs& a, void*
     align(local, detail::AlignArgs{a.topk_ids, a.id_type, a.sorted_token_ids, a.expert_ids, a.num_tokens_post_pad,
                                    rest, rest_bytes},
           stream);
+    const auto lock = kokkos::lock_for_range_kernels(stream);
     if (extras)
       detail::dispatch_id_type(a.id_type, [&](auto tag) {
         kokkos::finish(s, a, static_cast<const decltype(tag)*>(a.topk_ids), s.num_experts, exec);
@@ -145,10 +147,14 @@ void align_ep(const detail::AlignEpShape& s, const detail::AlignEpArgs& a, void*
     return;
   }
   auto* mapped = static_cast<std::int32_t*>(a.workspace);
-  detail::dispatch_id_type(a.id_type, [&](auto tag) { kokkos::map_ids<decltype(tag)>(s, a, mapped, exec); });
+  {
+    const auto lock = kokkos::lock_for_range_kernels(stream);
+    detail::dispatch_id_type(a.id_type, [&](auto tag) { kokkos::map_ids<decltype(tag)>(s, a, mapped, exec); });
+  }
   align(local, detail::AlignArgs{mapped, MOE_INT32, a.sorted_token_ids, a.expert_ids, a.num_tokens_post_pad, rest,
                                  rest_bytes},
         stream);
+  const auto lock = kokkos::lock_for_range_kernels(stream);
   if (extras) kokkos::finish(s, a, static_cast<const std::int32_t*>(mapped), s.num_local_experts, exec);
 }
 

@@ -104,6 +104,7 @@ std::size_t combine_workspace_size(const detail::CombineShape&) { return 0; }
 void combine(const detail::CombineShape& shape, const detail::CombineArgs& args, void* stream) {
   kokkos::ensure_initialized();
   const kokkos::Exec exec = kokkos::instance_for(stream);
+  const auto lock = kokkos::lock_for_range_kernels(stream);
   detail::dispatch_value_traits(args.dtype, [&](auto traits) {
     kokkos::combine_values<decltype(traits)>(shape, args, exec);
   });

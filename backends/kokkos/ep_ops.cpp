@@ -22,9 +22,15 @@ Exec exec_of(void* stream) {
   kokkos::ensure_initialized();
   return kokkos::instance_for(stream);
 }
+// A call's lock: range kernels only (runtime.hpp, lock_for_range_kernels), Kokkos initialised first.
+std::unique_lock<std::mutex> lock_of(void* stream) {
+  kokkos::ensure_initialized();
+  return kokkos::lock_for_range_kernels(stream);
+}
 }  // namespace
 
 void layout(const k::LayoutView& v, void* stream) {
+  const auto lock = lock_of(stream);
   const Exec exec = exec_of(stream);
   if (v.num_chunks > 0)
     Kokkos::parallel_for("moe::ep::layout_count", Range(exec, 0, v.num_chunks),
@@ -38,6 +44,7 @@ void layout(const k::LayoutView& v, void* stream) {
 }
 
 void derive(const std::int64_t* g, std::int32_t world, std::int32_t me, std::int64_t* derived, void* stream) {
+  const auto lock = lock_of(stream);
   Kokkos::parallel_for("moe::ep::derive", Range(exec_of(stream), 0, 1), KOKKOS_LAMBDA(const std::int64_t) {
     std::uint64_t key = k::kOk;
     for (std::int32_t s = 0; s < world; ++s)
@@ -47,6 +54,7 @@ void derive(const std::int64_t* g, std::int32_t world, std::int32_t me, std::int
 }
 
 void pack_dispatch(const k::PackView& v, std::int64_t rows, void* stream) {
+  const auto lock = lock_of(stream);
   if (rows <= 0) return;
   Kokkos::parallel_for("moe::ep::pack_dispatch", Range(exec_of(stream), 0, rows), KOKKOS_LAMBDA(const std::int64_t p) {
     const std::int64_t t = k::pack_token(v, p);
@@ -59,6 +67,7 @@ void pack_dispatch(const k::PackView& v, std::int64_t rows, void* stream) {
 }
 
 void unpack_dispatch(const k::UnpackView& v, std::int64_t rows, void* stream) {
+  const auto lock = lock_of(stream);
   if (rows <= 0) return;
   Kokkos::parallel_for("moe::ep::unpack_dispatch", Range(exec_of(stream), 0, rows),
                        KOKKOS_LAMBDA(const std::int64_t r) { k::unpack_row(v, r); });
@@ -66,6 +75,7 @@ void unpack_dispatch(const k::UnpackView& v, std::int64_t rows, void* stream) {
 
 void pack_combine(const k::CombinePackView& v, std::int64_t slots, const void* expert_out, moe_dtype_t dtype,
                   std::int64_t hidden, void* csend, std::int32_t* missing, void* stream) {
+  const auto lock = lock_of(stream);
   if (slots <= 0) return;
   const Exec exec = exec_of(stream);
   detail::dispatch_value_traits(dtype, [&](auto traits) {
@@ -88,6 +98,7 @@ void pack_combine(const k::CombinePackView& v, std::int64_t slots, const void* e
 }
 
 void reduce(const ReduceArgs& a, void* stream) {
+  const auto lock = lock_of(stream);
   if (a.num_tokens * a.hidden <= 0) return;
   const Exec exec = exec_of(stream);
   detail::dispatch_value_traits(a.dtype, [&](auto traits) {

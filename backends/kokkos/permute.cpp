@@ -49,6 +49,7 @@ void permute(const detail::PermuteShape& shape, const detail::PermuteArgs& args,
   kokkos::ensure_initialized();
   const kokkos::Exec exec = kokkos::instance_for(stream);
   const int word = detail::permute_word_bytes(shape.row_bytes, args.hidden, args.permuted);
+  const auto lock = kokkos::lock_instance(stream);  // a team policy: one call at a time per instance
   detail::dispatch_permute_word(word, [&](auto w) { kokkos::permute_words<decltype(w)>(shape, args, exec); });
 }
 

@@ -41,6 +41,13 @@ constexpr bool kRangeLaunchReentrant = std::is_same<Exec, Kokkos::Serial>::value
 constexpr bool kRangeLaunchReentrant = false;
 #endif
 
+// The lock of a call (or of a part of one) whose kernels use range policies only: lock_instance's where range
+// launches are not re-entrant, none where they are. Not held across a call of another operation that locks (the
+// mutex is not recursive).
+inline std::unique_lock<std::mutex> lock_for_range_kernels(void* stream) {
+  return kRangeLaunchReentrant ? std::unique_lock<std::mutex>{} : lock_instance(stream);
+}
+
 // Host spaces: a hint that the line at `p` will be written soon (a no-op where the compiler has no builtin).
 KOKKOS_INLINE_FUNCTION void prefetch_for_write(const void* p) {
 #if (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDA_ARCH__) && !defined(__HIP_DEVICE_COMPILE__)

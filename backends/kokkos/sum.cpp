@@ -90,8 +90,7 @@ std::size_t sum_workspace_size(const detail::SumShape&) { return 0; }
 void sum(const detail::SumShape& shape, const detail::SumArgs& args, void* stream) {
   kokkos::ensure_initialized();
   const kokkos::Exec exec = kokkos::instance_for(stream);
-  std::unique_lock<std::mutex> lock;  // a range policy only: serialised where range launches are not re-entrant
-  if (!kokkos::kRangeLaunchReentrant) lock = kokkos::lock_instance(stream);
+  const auto lock = kokkos::lock_for_range_kernels(stream);
   detail::dispatch_value_traits(args.dtype, [&](auto traits) {
     kokkos::sum_values<decltype(traits)>(shape, args.input, args.output, exec);
   });

@@ -358,6 +358,8 @@ void topk_gating(const detail::TopkGatingShape& shape, const detail::TopkGatingA
   const kokkos::Exec exec = kokkos::instance_for(stream);
   const bool host = kokkos::kHostSpace && shape.topk <= kokkos::kHostMaxTopk &&
                     (shape.num_groups == 1 || shape.topk_groups <= kokkos::kHostMaxTopk);
+  // the team form's scratch: one call at a time per instance; the host form's range: where not re-entrant
+  const auto lock = host ? kokkos::lock_for_range_kernels(stream) : kokkos::lock_instance(stream);
   detail::dispatch_value_traits(args.dtype, [&](auto traits) {
     if constexpr (kokkos::kHostSpace) {
       if (host) return kokkos::gating_host<decltype(traits)>(shape, args, exec);

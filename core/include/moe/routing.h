@@ -22,7 +22,7 @@
  *
  * Threads: calls from any number of host threads at once are safe on every backend, with or without
  * streams (the Kokkos backend serialises the kernels of calls that share an execution space instance where
- * that instance's team scratch needs it). Calls that write the same buffers still race, as any two writers do.
+ * that instance's team scratch or its launches need it: every operation but Kokkos::Serial's range kernels). Calls that write the same buffers still race, as any two writers do.
  *
  * Hot calls (moe_align_block_size, moe_align_block_size_ep, moe_sum, moe_permute, moe_combine,
  * moe_topk_gating, moe_route: every call that takes a `stream`, except moe_synchronize) never allocate and never
