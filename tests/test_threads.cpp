@@ -1,7 +1,7 @@
 // Calls from many host threads at once (routing.h: safe on every backend): 8 threads, each running align, sum
-// and topk_gating on its own random inputs, every result compared with the reference. On Kokkos, calls share one execution
-// space instance and its team scratch (Kokkos::Serial: one per process): before the per-instance lock, ~2 % of
-// align results were wrong with 2 threads, and 8 threads hit heap-use-after-free.
+// and topk_gating on its own random inputs, every result compared with the reference. On Kokkos, calls share one
+// execution space instance and its team scratch (Kokkos::Serial: one per process): before the per-instance lock,
+// ~2 % of align results were wrong with 2 threads, and 8 threads hit heap-use-after-free.
 #include <atomic>
 #include <cstring>
 #include <random>
