@@ -183,24 +183,7 @@ void gating_host(const detail::TopkGatingShape& s, const detail::TopkGatingArgs&
           ids[r] = gating::index_of_key(list[r]);
           v[r] = gating::score_of(score, Traits::load(row[ids[r]]), m, sum);
         }
-        if (score == MOE_SCORE_SOFTMAX_TOPK) {
-          std::uint32_t mk = 0;
-          for (std::int32_t r = 0; r < K; ++r) {
-            const std::uint32_t k = score_key(v[r]);
-            mk = k > mk ? k : mk;
-          }
-          const float mt = gating::softmax_max(mk);
-          float st = 0.0f;
-          for (std::int32_t r = 0; r < K; ++r) st = numeric::add_f32(st, gating::softmax_term(v[r], mt));
-          for (std::int32_t r = 0; r < K; ++r) v[r] = numeric::div_f32(gating::softmax_term(v[r], mt), st);
-        }
-        if (renormalize) {
-          float total = 0.0f;
-          for (std::int32_t r = 0; r < K; ++r) total = numeric::add_f32(total, v[r]);
-          for (std::int32_t r = 0; r < K; ++r) v[r] = numeric::div_f32(v[r], total);
-        }
-        std::uint32_t* w = reinterpret_cast<std::uint32_t*>(out_w + t * K);
-        for (std::int32_t r = 0; r < K; ++r) w[r] = numeric::f32_out_bits(numeric::mul_f32(v[r], scale));
+        gating::finish_weights(v, K, score, renormalize, scale, reinterpret_cast<std::uint32_t*>(out_w + t * K));
       });
 }
 

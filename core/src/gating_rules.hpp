@@ -97,5 +97,30 @@ MOE_HD float score_of(moe_score_t score, float l, float m, float sum) {
 // b_e: the score plus the correction bias (none: the score itself).
 MOE_HD float selection_of(float s, const float* bias, std::int32_t e) { return bias ? numeric::add_f32(s, bias[e]) : s; }
 
+// ---- weights ---------------------------------------------------------------------------------------------------
+// Step 4 in one thread, for the reference and the host forms: v[0, K), the chosen experts' scores (SOFTMAX_TOPK:
+// their logits) in the written order, to the written weights' bits: softmax over them (SOFTMAX_TOPK), divided by
+// their sum (renormalize), times scale, NaN canonical. Sums in r order.
+MOE_HD void finish_weights(float* v, std::int32_t K, moe_score_t score, bool renormalize, float scale,
+                           std::uint32_t* bits) {
+  if (score == MOE_SCORE_SOFTMAX_TOPK) {
+    std::uint32_t mk = 0;
+    for (std::int32_t r = 0; r < K; ++r) {
+      const std::uint32_t k = score_key(v[r]);
+      mk = k > mk ? k : mk;
+    }
+    const float mt = softmax_max(mk);
+    float st = 0.0f;
+    for (std::int32_t r = 0; r < K; ++r) st = numeric::add_f32(st, softmax_term(v[r], mt));
+    for (std::int32_t r = 0; r < K; ++r) v[r] = numeric::div_f32(softmax_term(v[r], mt), st);
+  }
+  if (renormalize) {
+    float total = 0.0f;
+    for (std::int32_t r = 0; r < K; ++r) total = numeric::add_f32(total, v[r]);
+    for (std::int32_t r = 0; r < K; ++r) v[r] = numeric::div_f32(v[r], total);
+  }
+  for (std::int32_t r = 0; r < K; ++r) bits[r] = numeric::f32_out_bits(numeric::mul_f32(v[r], scale));
+}
+
 }  // namespace gating
 }  // namespace moe

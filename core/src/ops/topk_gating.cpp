@@ -98,6 +98,7 @@ void reference_gating_typed(const TopkGatingShape& s, const TopkGatingArgs& a) {
   std::vector<std::int32_t> order(static_cast<std::size_t>(E)), gorder(static_cast<std::size_t>(s.num_groups));
   std::vector<char> kept(static_cast<std::size_t>(s.num_groups));
   std::vector<float> v(static_cast<std::size_t>(K));
+  std::vector<std::uint32_t> bits(static_cast<std::size_t>(K));
   auto by_key = [](const std::vector<std::uint64_t>& k) {
     return [&k](std::int32_t x, std::int32_t y) { return k[static_cast<std::size_t>(x)] > k[static_cast<std::size_t>(y)]; };
   };
@@ -132,25 +133,9 @@ void reference_gating_typed(const TopkGatingShape& s, const TopkGatingArgs& a) {
     std::partial_sort(order.begin(), order.begin() + K, order.end(), by_key(key));
     // 4. weights, in the written order
     for (std::int32_t r = 0; r < K; ++r) v[r] = sc[order[r]];
-    if (s.score == MOE_SCORE_SOFTMAX_TOPK) {
-      std::uint32_t mk = 0;
-      for (std::int32_t r = 0; r < K; ++r) mk = std::max(mk, gating::score_key(v[r]));
-      const float mt = gating::softmax_max(mk);
-      float st = 0.0f;
-      for (std::int32_t r = 0; r < K; ++r) st = numeric::add_f32(st, gating::softmax_term(v[r], mt));
-      for (std::int32_t r = 0; r < K; ++r) v[r] = numeric::div_f32(gating::softmax_term(v[r], mt), st);
-    }
-    if (s.renormalize) {
-      float total = 0.0f;
-      for (std::int32_t r = 0; r < K; ++r) total = numeric::add_f32(total, v[r]);
-      for (std::int32_t r = 0; r < K; ++r) v[r] = numeric::div_f32(v[r], total);
-    }
-    for (std::int32_t r = 0; r < K; ++r) {
-      a.topk_ids[t * K + r] = order[r];
-      const float w = numeric::mul_f32(v[r], s.routed_scaling_factor);
-      const std::uint32_t bits = numeric::f32_out_bits(w);
-      std::memcpy(&a.topk_weights[t * K + r], &bits, 4);
-    }
+    gating::finish_weights(v.data(), K, s.score, s.renormalize, s.routed_scaling_factor, bits.data());
+    for (std::int32_t r = 0; r < K; ++r) a.topk_ids[t * K + r] = order[r];
+    std::memcpy(&a.topk_weights[t * K], bits.data(), static_cast<std::size_t>(K) * 4);
   }
 }
 
