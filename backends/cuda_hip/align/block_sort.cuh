@@ -22,6 +22,30 @@ static_assert(bits_for(std::int64_t{detail::kMaxExperts} + 1) + kSortIndexBits <
 // and a warp ranking its steps in turn keeps it (stable).
 MOE_DEVICE int sort_position(int j) { return (warp_id() * kSortSteps + j) * kWarpSize + lane_id(); }
 
+// Exclusive prefix sum of counts[0, n) in place, n <= kSortCounters: thread t sums a run of ceil(n / kSortThreads)
+// consecutive counters (odd runs: no bank conflict), one block scan over the threads' sums, the run written back.
+// (block_scan_owned, where every thread adds up the sums of the warps before its own for each row of the table,
+// made 5 rows x 32 warps of shared loads per thread: ~2.6 us a pass, block_sort took 11-21 us; perf/NOTES.md step 71.)
+// Reads end at the block scan's first barrier, so a thread writes only its own run after it; the caller's barrier
+// publishes the prefixes.
+constexpr int kSortRun = (kSortCounters + kSortThreads - 1) / kSortThreads;
+__device__ inline void scan_counters(std::int32_t* counts, int n, std::int32_t* scratch) {
+  const int run = (n + kSortThreads - 1) / kSortThreads, first = static_cast<int>(threadIdx.x) * run;
+  std::int32_t v[kSortRun], sum = 0;
+#pragma unroll
+  for (int k = 0; k < kSortRun; ++k) {
+    v[k] = k < run && first + k < n ? counts[first + k] : 0;
+    sum += v[k];
+  }
+  std::int32_t total;
+  std::int32_t before = block_scan_values(sum, scratch, total);
+#pragma unroll
+  for (int k = 0; k < kSortRun; ++k) {
+    if (k < run && first + k < n) counts[first + k] = before;
+    before += v[k];
+  }
+}
+
 // Inclusive scan of the block's values in position order under op (associative, `identity` its neutral value):
 // each thread's kSortSteps values in place; returns the reduction of all to every thread. `scratch`: kSortWarps
 // values, read until the caller's next barrier. One barrier: each warp reduces the totals of the warps before it.
@@ -62,7 +86,7 @@ template <bool kPow2, class Src>
 __global__ void __launch_bounds__(kSortThreads) sort_kernel(Src src, std::int32_t fill, AlignOut out) {
   __shared__ std::uint32_t keys[AlignTuning::kSortMaxIds];
   __shared__ std::int32_t counts[kSortCounters];  // [digit][warp]: the scan's order
-  __shared__ std::int32_t scan_scratch[(kSortCounters + kSortThreads - 1) / kSortThreads * kSortWarps];
+  __shared__ std::int32_t scan_scratch[kSortWarps + 1];
   __shared__ std::int32_t starts_scratch[kSortWarps], padded_scratch[kSortWarps];
   const int n = static_cast<int>(src.size()), E = out.num_experts, w = warp_id();
   const int tid = static_cast<int>(threadIdx.x), lane = lane_id();
@@ -108,8 +132,7 @@ __global__ void __launch_bounds__(kSortThreads) sort_kernel(Src src, std::int32_
       rank[j] = rank_step_peers(match_bucket(digit[j], valid[j], bits), digit[j] * kSortStride, valid[j], counts + w);
     }
     __syncthreads();
-    block_scan_owned<kSortWarps>(counts, buckets * kSortStride, scan_scratch,
-                                 [&](int i, std::int32_t prefix) { counts[i] = prefix; });
+    scan_counters(counts, buckets * kSortStride, scan_scratch);
     __syncthreads();
 #pragma unroll
     for (int j = 0; j < kSortSteps; ++j)
