@@ -22,6 +22,18 @@ static_assert(bits_for(std::int64_t{detail::kMaxExperts} + 1) + kSortIndexBits <
 // and a warp ranking its steps in turn keeps it (stable).
 MOE_DEVICE int sort_position(int j) { return (warp_id() * kSortSteps + j) * kWarpSize + lane_id(); }
 
+// Exclusive prefix sum of one value a thread, in thread order, with one barrier: each warp sums the totals of the
+// warps before it itself (a load a lane, one warp sum), not one warp scanning them between two barriers. `scratch`:
+// kSortWarps values, read until the caller's next barrier.
+__device__ inline std::int32_t block_exclusive_sum(std::int32_t v, std::int32_t* scratch) {
+  const int lane = lane_id(), w = warp_id();
+  const std::int32_t incl = warp_inclusive_scan(v);
+  if (lane == kWarpSize - 1) scratch[w] = incl;
+  __syncthreads();
+  const std::int32_t s = lane < kSortWarps ? scratch[lane] : 0;
+  return warp_sum(lane < w ? s : 0) + incl - v;
+}
+
 // Exclusive prefix sum of counts[0, n) in place, n <= kSortCounters: thread t sums a run of ceil(n / kSortThreads)
 // consecutive counters (odd runs: no bank conflict), one block scan over the threads' sums, the run written back.
 // (block_scan_owned, where every thread adds up the sums of the warps before its own for each row of the table,
@@ -37,8 +49,7 @@ __device__ inline void scan_counters(std::int32_t* counts, int n, std::int32_t* 
     v[k] = k < run && first + k < n ? counts[first + k] : 0;
     sum += v[k];
   }
-  std::int32_t total;
-  std::int32_t before = block_scan_values(sum, scratch, total);
+  std::int32_t before = block_exclusive_sum(sum, scratch);
 #pragma unroll
   for (int k = 0; k < kSortRun; ++k) {
     if (k < run && first + k < n) counts[first + k] = before;
@@ -86,7 +97,7 @@ template <bool kPow2, class Src>
 __global__ void __launch_bounds__(kSortThreads) sort_kernel(Src src, std::int32_t fill, AlignOut out) {
   __shared__ std::uint32_t keys[AlignTuning::kSortMaxIds];
   __shared__ std::int32_t counts[kSortCounters];  // [digit][warp]: the scan's order
-  __shared__ std::int32_t scan_scratch[kSortWarps + 1];
+  __shared__ std::int32_t scan_scratch[kSortWarps];
   __shared__ std::int32_t starts_scratch[kSortWarps], padded_scratch[kSortWarps];
   const int n = static_cast<int>(src.size()), E = out.num_experts, w = warp_id();
   const int tid = static_cast<int>(threadIdx.x), lane = lane_id();
