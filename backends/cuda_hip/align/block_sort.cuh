@@ -35,7 +35,8 @@ __device__ inline std::int32_t block_exclusive_sum(std::int32_t v, std::int32_t*
 }
 
 // Exclusive prefix sum of counts[0, n) in place, n <= kSortCounters: thread t sums a run of ceil(n / kSortThreads)
-// consecutive counters (odd runs: no bank conflict), one block scan over the threads' sums, the run written back.
+// consecutive counters (5 or 3 with 7- or 6-bit digits: odd, no bank conflict; 2 with 5-bit ones: 2-way), one
+// block scan over the threads' sums, the run written back.
 // (block_scan_owned, where every thread adds up the sums of the warps before its own for each row of the table,
 // made 5 rows x 32 warps of shared loads per thread: ~2.6 us a pass, block_sort took 11-21 us; perf/NOTES.md step 71.)
 // Reads end at the block scan's first barrier, so a thread writes only its own run after it; the caller's barrier

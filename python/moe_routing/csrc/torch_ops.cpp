@@ -3,7 +3,8 @@
 // dispatch, the output allocations and the launch (issue 29 asks such a call within 1.3x of an empty torch.ops
 // call). The _out forms stay Python-registered (moe_routing/torch.py): as C++ operators with mutable arguments,
 // a failed check crashed the process on the GPU machine (torch 2.11, CUDA tensors; CPU tensors and torch 2.15
-// were fine): those checks streamed integers into their texts, as the crashes below did (Num).
+// were fine). Those checks streamed integers into their texts, as the crashes found since did (Num): the likely
+// cause, not confirmed for the _out forms.
 // Compiled against the user's torch by moe_routing/_torch_cpp.py (torch.utils.cpp_extension, at the first import
 // of moe_routing.torch, cached); the library is reached through the table moe_routing._ext hands over
 // (api_table.h), so this file needs torch's headers only: no CUDA headers, no link to the library.
