@@ -263,7 +263,7 @@ inline std::vector<AlignCase> id_types() {
 // Skewed, a single expert, every id dropped, expert parallel, odd experts empty.
 inline std::vector<AlignCase> adversarial() {
   std::vector<AlignCase> v;
-  for (std::int64_t n : {5, 3000, 20000, 100000, 524288}) {
+  for (std::int64_t n : {5, 2048, 3000, 20000, 100000, 524288}) {  // 2048: block_sort, many experts
     for (std::int32_t E : {8, 256, 65536}) {
       v.push_back({n, 1, E, 64, Dist::kSkew});
       v.push_back({n, 1, E, 16, Dist::kSkew, 0, kHotLast});

@@ -44,6 +44,7 @@ TEST_CASE("paths: each shape has paths, the first is what a call takes, a forced
     CHECK(path_of(8, 256) == "warp_tiny");
     CHECK(path_of(2048, 256) == "block_per_expert");
     CHECK(path_of(100000, 4096) == "two_digit_radix");
+    CHECK(path_of(2048, 65536) == "block_sort");
     CHECK(path_of(3000017, 256) == "three_launches");
     // the block-resident grids, whose residency the runtime answers (align/caps.cuh), fit every GPU of >= 43
     // multiprocessors (128 blocks, 3 per SM); a wrong answer once left them never taken, three_launches instead

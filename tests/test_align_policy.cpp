@@ -74,8 +74,10 @@ TEST_CASE("policy: the path by size on every device (the issue-5 targets and the
     CHECK(chosen(caps, 32, 256) == "block_per_expert");   // 16x2
     CHECK(chosen(caps, 2048, 256) == "block_per_expert");  // 256x8
     CHECK(chosen(caps, 2048, 1024) == "block_per_expert");
-    CHECK(chosen(caps, 33, 1025) == "two_digit_radix");
-    CHECK(chosen(caps, 2048, 4096) == "two_digit_radix");
+    CHECK(chosen(caps, 33, 1025) == "block_sort");         // <= 2048 ids above 1024 experts
+    CHECK(chosen(caps, 2048, 65536) == "block_sort");
+    CHECK(chosen(caps, 2049, 1025) == "two_digit_radix");
+    CHECK(chosen(caps, 100000, 65536) == "two_digit_radix");
     CHECK(chosen(caps, 3000017, 256) == "three_launches");  // more blocks than a cooperative grid takes
   }
   const AlignCaps h = h100();
@@ -125,10 +127,11 @@ TEST_CASE("policy: fallbacks follow what the device holds") {
 TEST_CASE("policy: every path that applies, the policy's first") {
   const AlignCaps h = h100();
   CHECK(paths(h, 0, 8) == Names{"empty"});
-  CHECK(paths(h, 8, 256) == Names{"warp_tiny", "block_per_expert", "one_cluster"});
-  CHECK(paths(h, 20, 65536) == Names{"warp_tiny"});
-  CHECK(paths(h, 1000, 256) == Names{"block_per_expert", "one_cluster"});
-  CHECK(paths(h, 2048, 1024) == Names{"block_per_expert", "one_cluster"});
+  CHECK(paths(h, 8, 256) == Names{"warp_tiny", "block_per_expert", "block_sort", "one_cluster"});
+  CHECK(paths(h, 20, 65536) == Names{"warp_tiny", "block_sort"});
+  CHECK(paths(h, 1000, 256) == Names{"block_per_expert", "block_sort", "one_cluster"});
+  CHECK(paths(h, 2048, 1024) == Names{"block_per_expert", "block_sort", "one_cluster"});
+  CHECK(paths(h, 2048, 1025) == Names{"block_sort", "two_digit_radix"});
   CHECK(paths(h, 4096, 256) == Names{"one_cluster", "cluster_grid", "cooperative_grid", "three_launches"});
   CHECK(paths(h, 32768, 256) == Names{"cluster_grid", "cooperative_grid", "three_launches"});
   CHECK(paths(h, 524288, 256) == Names{"cooperative_grid", "three_launches"});
@@ -137,7 +140,7 @@ TEST_CASE("policy: every path that applies, the policy's first") {
   CHECK(paths(h, 3000017, 256) == Names{"three_launches"});
   CHECK(paths(h, 100000, 4096) == Names{"two_digit_radix"});
   for (const AlignCaps& caps : {a100(), mi300(), h100_portable()}) {
-    CHECK(paths(caps, 8, 256) == Names{"warp_tiny", "block_per_expert"});
+    CHECK(paths(caps, 8, 256) == Names{"warp_tiny", "block_per_expert", "block_sort"});
     CHECK(paths(caps, 4096, 256) == Names{"cooperative_grid", "three_launches"});
   }
   CHECK(paths(small_gpu(), 32768, 256) == Names{"three_launches"});
@@ -181,8 +184,15 @@ TEST_CASE("policy: launch geometry") {
   p = gpu::select_align_policy(shape(3000017, 256), h);
   CHECK((p.segment == 256 && p.segments == 11719 && p.grid == 1465));
   CHECK(gpu::align_policy_for(AlignPath::kThreeLaunches, shape(3000017, 256), mi300()).grid == 2930);
+  // block_sort: 1024 threads, a block per 4096 positions, more per block past 2 blocks an SM (multiples of 4)
+  p = gpu::select_align_policy(shape(2048, 65536, 64), h);  // 131072 positions
+  CHECK((p.block == 1024 && p.fill == 4096 && p.grid == 32 && p.pow2));
+  p = gpu::select_align_policy(shape(2048, 4096, 1024), h);  // 2097152 positions over <= 264 blocks
+  CHECK((p.fill == 7944 && p.grid == 264));
+  p = gpu::align_policy_for(AlignPath::kBlockSort, shape(1, 65536, 48), h);  // (warp_tiny's shape)
+  CHECK((p.fill == 4096 && p.grid == 1 && !p.pow2));
   // two_digit_radix: 16 bits of expert as 8 + 8
-  p = gpu::select_align_policy(shape(2048, 65536), h);
+  p = gpu::align_policy_for(AlignPath::kTwoDigitRadix, shape(2048, 65536), h);
   CHECK((p.digits.key_bits == 16 && p.digits.lo_bits == 8 && p.digits.hi_bits == 8));
   CHECK(p.fill_grid == 256);  // a lane per expert
 }

@@ -43,7 +43,7 @@ TEST_CASE("determinism: repeated calls give identical bits, on every path") {
   Rng rng(7);
   const AlignCase c{262147, 1, 256, 64, Dist::kSkew};
   const auto ids = cat::make_ids<std::int32_t>(c, rng);
-  for (const std::string& path : paths_of<std::int32_t>(c.numel(), c.experts, c.block_size)) {
+  for (const std::string& path : paths_to_test<std::int32_t>(c.numel(), c.experts, c.block_size)) {
     INFO("path " << path);
     const moe::detail::ScopedForcedPath force(moe::detail::kAlignOperation, path);
     const AlignResult first = backend_align(ids, c.experts, c.block_size);

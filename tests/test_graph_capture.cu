@@ -40,7 +40,7 @@ TEST_CASE("graph capture: align_block_size on every path, replayed with new ids"
   Rng rng(21);
   // a shape of each path (catalogue.hpp), each captured on every path that applies to it
   for (const AlignCase& shape : moe_catalogue::capture_shapes()) {
-    for (const std::string& path : paths_of<std::int32_t>(shape.numel(), shape.experts, shape.block_size)) {
+    for (const std::string& path : paths_to_test<std::int32_t>(shape.numel(), shape.experts, shape.block_size)) {
       const auto n = static_cast<std::size_t>(shape.numel());
       const std::int32_t E = shape.experts, bs = shape.block_size;
       INFO("numel=" << n << " experts=" << E << " block=" << bs << " path " << path);
@@ -133,9 +133,9 @@ TEST_CASE("stream order: align_block_size chained (sorted_token_ids of one call 
     ref = reference_align(ids, E, bs);
     ids = ref.sorted_token_ids;  // numel[i + 1] of them
   }
-  std::vector<std::string> paths = paths_of<std::int32_t>(numel[0], E, bs);
+  std::vector<std::string> paths = paths_to_test<std::int32_t>(numel[0], E, bs);
   for (int i = 1; i < steps; ++i) {
-    const auto those = paths_of<std::int32_t>(numel[i], E, bs);
+    const auto those = paths_to_test<std::int32_t>(numel[i], E, bs);
     const auto absent = [&](const std::string& p) { return std::find(those.begin(), those.end(), p) == those.end(); };
     paths.erase(std::remove_if(paths.begin(), paths.end(), absent), paths.end());
   }

@@ -3,6 +3,7 @@
 #include <type_traits>
 
 #include "align/block_per_expert.cuh"
+#include "align/block_sort.cuh"
 #include "align/caps.cuh"
 #include "align/cluster.cuh"
 #include "align/cooperative_grid.cuh"
@@ -143,6 +144,12 @@ void align_typed(const detail::AlignShape& s, const detail::AlignArgs& a, gpu::s
       });
       return;
     }
+    case AlignPath::kBlockSort:
+      with_flag(p.pow2, [&](auto pow2) {
+        gpu::launch<gpu::sort_kernel<decltype(pow2)::value, gpu::IdSource<IdT>>>(
+            "sort_kernel", LaunchShape{p.grid, p.block, 0, 0, false, p.overlap}, stream, src, p.fill, out);
+      });
+      return;
     case AlignPath::kOneCluster:
     case AlignPath::kClusterGrid:
       if constexpr (gpu::kHasClusters) {  // the policy takes these paths only where the device holds the clusters

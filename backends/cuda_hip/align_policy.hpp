@@ -13,6 +13,8 @@
 //   warp_tiny         <= 32 ids, any expert count: each warp derives the layout from the ids alone. warp_tiny.cuh
 //   block_per_expert  <= 2048 ids, <= 1024 experts: one launch, a block per expert (or per 2-8); each reads all
 //                     ids and places its own experts' ids; no block waits for another. block_per_expert.cuh
+//   block_sort        <= 2048 ids, any expert count: one launch; every block radix-sorts all ids by expert in
+//                     shared memory and writes its strip of the layout; no block waits for another. block_sort.cuh
 //   one_cluster       (clusters) <= 8192 ids: ONE thread-block cluster of <= 8 blocks reading each other's counts
 //                     from shared memory: one cluster barrier, no workspace. cluster.cuh (kMany false)
 //   cluster_grid      (clusters, cooperative) 2049-65536 ids: <= 8 such clusters in one cooperative launch, one
@@ -21,7 +23,7 @@
 //                     place of launch boundaries. cooperative_grid.cuh
 //   three_launches    > 2048 ids: rank, scan, scatter as three launches over the GPU, bucket = expert.
 //                     three_launches.cuh
-//   two_digit_radix   > 1024 experts: three_launches' kernels in two stable passes (low, then high digit of the
+//   two_digit_radix   > 2048 ids, > 1024 experts: three_launches' kernels in two stable passes (low, then high digit of the
 //                     expert), the second writing the padded layout. two_digit_radix.cuh
 //   empty             numel 0: num_tokens_post_pad = 0
 // Shared: align/common.cuh (sources, sinks, outputs, warp ranking), align/resident.cuh (ranking and placing of
@@ -57,6 +59,9 @@ struct AlignTuning {
   static constexpr int kClusterMaxBlocks = 8;            // a portable cluster size
   static constexpr int kClusterMaxPer = 4;               // one_cluster, cluster_grid: ids per thread, at most
   static constexpr int kScanThreads = 1024;              // two_digit_radix: the one block of its expert scan
+  static constexpr int kSortThreads = 1024;              // block_sort: one block holds every id ...
+  static constexpr std::int64_t kSortMaxIds = 2048;      // ... 2 a thread
+  static constexpr int kSortDigitBits = 7;               // block_sort: 128 digit values x (warps + 1) columns
   // -- thresholds and cuts
   // warp_tiny up to 8 ids: block_per_expert took 1.06-1.14x there with 256 experts (0.90-0.99 with <= 64: one
   // rule fewer; step 27)
@@ -97,6 +102,12 @@ struct AlignTuning {
   static constexpr unsigned kTinyMaxGrid = 2048;
   // fill_kernel: 16 values of the -1 tail a thread, and a lane per expert (two_digit_radix, step 40)
   static constexpr std::int64_t kRadixFillIds = std::int64_t{kThreads} * 16;
+  // block_sort above 1024 experts and <= 2048 ids: 0.21-0.28 of two_digit_radix's time (256x8: 7.9-10.8 us against
+  // 27.9-51.9 on the H100); below 1024 experts block_per_expert took 0.29-0.46 of its time (step 71). A block per
+  // 4096 positions of sorted_token_ids (one 16-byte sentinel store a thread), more per block where that would put
+  // more than 2 blocks (each sorting all ids) on an SM (not measured: a why)
+  static constexpr std::int64_t kSortFillIds = 4096;
+  static constexpr int kSortBlocksPerSm = 2;
 };
 // Measured choices inside the kernels, cited by [tag] from their comments (step N of perf/NOTES.md):
 // [shift]       x / block_size as a shift where it is a power of two: block_per_expert 0.86-0.98 of the time,
@@ -162,10 +173,10 @@ constexpr int kScanThreads = AlignTuning::kScanThreads;
 static_assert(AlignTuning::kOwnedMaxIds <= std::int64_t{kOwnedMaxThreads} * kOwnedItems, "a block holds all ids");
 
 // ---- paths -------------------------------------------------------------------------------------------------
-enum class AlignPath { kEmpty, kWarpTiny, kBlockPerExpert, kOneCluster, kClusterGrid, kCooperativeGrid,
+enum class AlignPath { kEmpty, kWarpTiny, kBlockPerExpert, kBlockSort, kOneCluster, kClusterGrid, kCooperativeGrid,
                        kThreeLaunches, kTwoDigitRadix };
 constexpr AlignPath kAllAlignPaths[] = {AlignPath::kEmpty,          AlignPath::kWarpTiny,      AlignPath::kBlockPerExpert,
-                                        AlignPath::kOneCluster,     AlignPath::kClusterGrid,
+                                        AlignPath::kBlockSort,      AlignPath::kOneCluster,    AlignPath::kClusterGrid,
                                         AlignPath::kCooperativeGrid, AlignPath::kThreeLaunches, AlignPath::kTwoDigitRadix};
 
 inline const char* path_name(AlignPath p) {
@@ -173,6 +184,7 @@ inline const char* path_name(AlignPath p) {
     case AlignPath::kEmpty: return "empty";
     case AlignPath::kWarpTiny: return "warp_tiny";
     case AlignPath::kBlockPerExpert: return "block_per_expert";
+    case AlignPath::kBlockSort: return "block_sort";
     case AlignPath::kOneCluster: return "one_cluster";
     case AlignPath::kClusterGrid: return "cluster_grid";
     case AlignPath::kCooperativeGrid: return "cooperative_grid";
@@ -182,7 +194,7 @@ inline const char* path_name(AlignPath p) {
   return "?";
 }
 
-inline int bits_for(std::int64_t values) {  // bits to name values 0 .. values-1
+constexpr int bits_for(std::int64_t values) {  // bits to name values 0 .. values-1
   int b = 0;
   while ((std::int64_t{1} << b) < values) ++b;
   return b;
@@ -251,6 +263,7 @@ struct AlignPolicy {
   Digits digits;                // two_digit_radix
   unsigned grid2 = 0;           // two_digit_radix: count and scatter of the second pass
   unsigned fill_grid = 0;       // two_digit_radix: fill_kernel
+  std::int32_t fill = 0;        // block_sort: positions of sorted_token_ids a block writes
 };
 
 namespace policy_detail {
@@ -295,6 +308,7 @@ inline bool align_path_applies(AlignPath p, const detail::AlignShape& s, const A
     case AlignPath::kEmpty: return n == 0;
     case AlignPath::kWarpTiny: return n >= 1 && n <= AlignTuning::kTinyMaxIds;
     case AlignPath::kBlockPerExpert: return n >= 1 && n <= AlignTuning::kOwnedMaxIds && bucketed;
+    case AlignPath::kBlockSort: return n >= 1 && n <= AlignTuning::kSortMaxIds;
     case AlignPath::kOneCluster:  // no workspace: any shape its one cluster holds
       return n >= 1 && n <= AlignTuning::kClusterMaxIds && bucketed && policy_detail::resident(p, s, caps, false);
     case AlignPath::kClusterGrid:  // kGrid's table region holds its cluster table: only above kOwnedMaxIds
@@ -315,7 +329,7 @@ inline AlignPath choose_align_path(const detail::AlignShape& s, const AlignCaps&
   using T = AlignTuning;
   if (n == 0) return AlignPath::kEmpty;
   if (n <= T::kTinyIds || (n <= T::kTinyMaxIds && E > T::kTinyManyExperts)) return AlignPath::kWarpTiny;
-  if (!policy_detail::bucketed(s)) return AlignPath::kTwoDigitRadix;
+  if (!policy_detail::bucketed(s)) return n <= T::kSortMaxIds ? AlignPath::kBlockSort : AlignPath::kTwoDigitRadix;
   if (n <= T::kOwnedMaxIds) return AlignPath::kBlockPerExpert;
   const AlignPath preferred = n <= T::kClusterMaxIds       ? AlignPath::kOneCluster
                               : n <= T::kClusterGridMaxIds ? AlignPath::kClusterGrid
@@ -355,6 +369,16 @@ inline AlignPolicy align_policy_for(AlignPath p, const detail::AlignShape& s, co
       while (k < AlignTuning::kOwnedMaxExpertsPerBlock && (E + k - 1) / k * std::int64_t{owned_warps} > budget) k *= 2;
       r.experts_per_block = k;
       r.grid = static_cast<unsigned>((E + k - 1) / k);
+      break;
+    }
+    case AlignPath::kBlockSort: {
+      // positions a block: kSortFillIds, or more where the grid would pass kSortBlocksPerSm blocks an SM; a
+      // multiple of 4 (16-byte stores)
+      const std::int64_t spread = std::int64_t{AlignTuning::kSortBlocksPerSm} * d.sm_count;
+      const std::int64_t fill = std::max(AlignTuning::kSortFillIds, (s.max_padded + spread - 1) / spread);
+      r.fill = static_cast<std::int32_t>((fill + 3) / 4 * 4);
+      r.block = AlignTuning::kSortThreads;
+      r.grid = blocks_for(s.max_padded, r.fill);
       break;
     }
     case AlignPath::kOneCluster:

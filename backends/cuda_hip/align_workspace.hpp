@@ -1,7 +1,7 @@
 // Where each scratch array of align_block_size sits in the caller's workspace. A function of the shape alone
 // (never of the device), so that the size the caller queried once stays valid: it holds what every path that
 // may run for the shape on any device needs (align_path_applies, align_policy.hpp):
-//   warp_tiny, block_per_expert, one_cluster, empty: nothing.
+//   warp_tiny, block_per_expert, block_sort, one_cluster, empty: nothing.
 //   over 2048 ids with <= 1024 experts: three_launches' regions (table, totals, rank), and where a cooperative
 //     grid may run (<= kGridMaxBlocks blocks) its own (grid_table, grid_totals) before them; cluster_grid's
 //     table of clusters x experts lies in grid_table (fewer clusters than the grid's blocks).

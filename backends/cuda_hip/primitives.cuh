@@ -52,6 +52,23 @@ MOE_DEVICE T warp_inclusive_scan(T v) {
   return v;
 }
 
+// Inclusive scan across the lanes of a warp under an associative operation op(earlier, later), and the whole
+// warp's reduction in every lane (block_sort's scans: run starts by max, padded positions by sum).
+template <class T, class Op>
+MOE_DEVICE T warp_inclusive_scan(T v, Op op) {
+  const int lane = lane_id();
+  for (int d = 1; d < kWarpSize; d <<= 1) {
+    const T up = shfl_up(v, d);
+    if (lane >= d) v = op(up, v);
+  }
+  return v;
+}
+template <class T, class Op>
+MOE_DEVICE T warp_reduce(T v, Op op) {
+  for (int d = kWarpSize / 2; d > 0; d >>= 1) v = op(v, shfl_xor(v, d));
+  return v;
+}
+
 // Sum across the lanes of a warp, in every lane. Integer addition, so the order does not matter. Where the device
 // has it (MOE_GPU_HAS_REDUX_ADD: NVIDIA sm_80+), one redux instruction instead of a chain of shuffles.
 MOE_DEVICE std::int32_t warp_sum(std::int32_t v) {

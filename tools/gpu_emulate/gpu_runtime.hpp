@@ -54,7 +54,13 @@ inline int lane_id() { return static_cast<int>(threadIdx.x) % kWarpSize; }
 inline int warp_id() { return static_cast<int>(threadIdx.x) / kWarpSize; }
 inline int warps_per_block() { return static_cast<int>(blockDim.x) / kWarpSize; }
 inline int lowest_lane(std::uint32_t m) { return __builtin_ffs(static_cast<int>(m)) - 1; }
+inline lane_mask_t lanes_below() { return (lane_mask_t{1} << lane_id()) - 1; }
+inline int popc(std::uint32_t m) { return __builtin_popcount(m); }
 inline void begin_after_prior_grid() {}
+inline void wait_prior_grid() {}
+inline void allow_next_grid() {}
+#define MOE_GPU_HAS_MATCH_ANY 0  // the kernels' ballot forms (as on AMD)
+#define MOE_GPU_HAS_REDUX_ADD 0
 
 // Every lane of the warp publishes `v`, then reads lane `src` (modulo the warp, as __shfl_sync does).
 template <class T>
@@ -74,6 +80,11 @@ T exchange(T v, int src) {
 }
 template <class T> T shfl(T v, int src) { return exchange(v, src); }
 template <class T> T shfl_xor(T v, int mask) { return exchange(v, lane_id() ^ mask); }
+template <class T> T shfl_up(T v, int delta) {  // a lane below delta keeps its own value
+  const T up = exchange(v, lane_id() - delta);
+  return lane_id() >= delta ? up : v;
+}
+inline void sync_warp() { g_emulation->warps[static_cast<std::size_t>(warp_id())]->arrive_and_wait(); }
 inline lane_mask_t ballot(bool p) {
   lane_mask_t m = 0;
   for (int l = 0; l < kWarpSize; ++l)
@@ -108,5 +119,10 @@ void launch(const char*, unsigned grid, unsigned block, std::size_t, stream_t, A
 }  // namespace moe
 
 inline void __syncthreads() { moe::gpu::g_emulation->block->arrive_and_wait(); }
+inline int __clz(int v) { return v == 0 ? 32 : __builtin_clz(static_cast<unsigned>(v)); }
+struct int4 {
+  int x, y, z, w;
+};
+inline int4 make_int4(int x, int y, int z, int w) { return {x, y, z, w}; }
 template <class T> T atomicAdd(T* p, T v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
 template <class T> T atomicOr(T* p, T v) { return __atomic_fetch_or(p, v, __ATOMIC_SEQ_CST); }

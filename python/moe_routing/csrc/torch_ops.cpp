@@ -3,7 +3,8 @@
 // dispatch, the output allocations and the launch (issue 29 asks such a call within 1.3x of an empty torch.ops
 // call). The _out forms stay Python-registered (moe_routing/torch.py): as C++ operators with mutable arguments,
 // a failed check crashed the process on the GPU machine (torch 2.11, CUDA tensors; CPU tensors and torch 2.15
-// were fine), not understood yet.
+// were fine). Those checks streamed integers into their texts, as the crashes found since did (Num): the likely
+// cause, not confirmed for the _out forms.
 // Compiled against the user's torch by moe_routing/_torch_cpp.py (torch.utils.cpp_extension, at the first import
 // of moe_routing.torch, cached); the library is reached through the table moe_routing._ext hands over
 // (api_table.h), so this file needs torch's headers only: no CUDA headers, no link to the library.
@@ -16,6 +17,7 @@
 #include <torch/library.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -26,6 +28,16 @@
 namespace {
 
 const moe_torch_api_t* g_api = nullptr;
+
+// An integer in a failed check's text, formatted here, not streamed by c10::str: on the GPU machine (torch 2.11,
+// this file built there at first import) every check whose text streamed an integer crashed the process with a
+// segmentation fault (num_experts = 2^31, x.dim(); before, x.sizes() and the _out forms' element counts), while
+// texts made of strings, devices and dtypes raised cleanly (a probe of each failing call in its own interpreter,
+// perf/NOTES.md step 72).
+struct Num {
+  char text[24];
+  explicit Num(long long v) { std::snprintf(text, sizeof text, "%lld", v); }
+};
 
 void check_status(std::int32_t status) {
   TORCH_CHECK(status == 0, "moe_routing: ", g_api->last_error());
@@ -83,7 +95,7 @@ std::int32_t value_code(at::ScalarType s) {
 
 std::int32_t to_i32(std::int64_t v, const char* what) {
   TORCH_CHECK(v >= std::numeric_limits<std::int32_t>::min() && v <= std::numeric_limits<std::int32_t>::max(), what,
-              " = ", v, " does not fit int32");
+              " = ", Num(v).text, " does not fit int32");
   return static_cast<std::int32_t>(v);
 }
 
@@ -153,10 +165,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> align_block_size(const at::Tensor
 at::Tensor moe_sum(const at::Tensor& x) {
   check_tensor(x, "x");
   const std::int32_t dtype = value_code(x.scalar_type());
-  // the dimension count, not x.sizes(): a failed check that printed the sizes crashed the process on the GPU
-  // machine (torch 2.11, CUDA tensors; the scalar type's message did not); the Python wrapper re-raises with
-  // the full text anyway
-  TORCH_CHECK(x.dim() == 3, "x must have shape (num_tokens, topk, hidden), got ", x.dim(), " dimensions");
+  // the dimension count (as Num), not x.sizes(); the Python wrapper re-raises with the full text anyway
+  TORCH_CHECK(x.dim() == 3, "x must have shape (num_tokens, topk, hidden), got ", Num(x.dim()).text, " dimensions");
   at::Tensor out = at::empty({x.size(0), x.size(2)}, x.options());
   check_status(api().moe_sum(x.data_ptr(), dtype, x.size(0), to_i32(x.size(1), "topk"), x.size(2), out.data_ptr(),
                              stream_of(x)));
