@@ -175,19 +175,21 @@ std::vector<std::string> paths_of(std::int64_t numel, std::int32_t num_experts, 
   return moe::backend::align_paths(shape, moe::dtype_of<IdT>::value);
 }
 
-// The paths the correctness tests run: paths_of, narrowed for slow tools (racecheck, memcheck) by MOE_TEST_PATHS:
-// "policy", the policy's choice only; a path's name, that path alone where it applies, else the policy's choice
-// (so the first entry is not always the policy's: check_align forces it then). A misspelt name tests only the
-// policy's choices: check the tool's log names the path.
-template <class IdT>
-std::vector<std::string> paths_to_test(std::int64_t numel, std::int32_t num_experts, std::int32_t block_size) {
-  std::vector<std::string> paths = paths_of<IdT>(numel, num_experts, block_size);
+// The paths the correctness tests run: paths_of's list, narrowed for slow tools (racecheck, memcheck) by
+// MOE_TEST_PATHS: "policy", the policy's choice only; a path's name, that path alone where it applies, else the
+// policy's choice (so the first entry is not always the policy's: check_align forces it then). A misspelt name
+// tests only the policy's choices: check the tool's log names the path.
+inline std::vector<std::string> narrowed(std::vector<std::string> paths) {
   const char* only = std::getenv("MOE_TEST_PATHS");
   if (only == nullptr || *only == 0) return paths;
   const auto named = std::find(paths.begin(), paths.end(), std::string(only));
   if (named != paths.end()) return {*named};
   paths.resize(1);
   return paths;
+}
+template <class IdT>
+std::vector<std::string> paths_to_test(std::int64_t numel, std::int32_t num_experts, std::int32_t block_size) {
+  return narrowed(paths_of<IdT>(numel, num_experts, block_size));
 }
 
 // The check every align test makes: backend == reference == independent oracle, bit for bit, on every path
@@ -199,14 +201,10 @@ void check_align(const std::vector<IdT>& ids, std::int32_t num_experts, std::int
   const AlignResult ref = reference_align(ids, num_experts, block_size);
   const AlignResult oracle = stable_sort_align(ids, num_experts, block_size);
   REQUIRE_MESSAGE(ref == oracle, "reference vs stable_sort oracle: " << first_difference(ref, oracle));
-  const auto paths = paths_to_test<IdT>(static_cast<std::int64_t>(ids.size()), num_experts, block_size);
-  // the first as a plain call where it is the policy's choice (a path named by MOE_TEST_PATHS is forced)
-  const bool first_plain = paths.front() == moe::detail::align_path(
-                                                moe::detail::make_align_shape(static_cast<std::int64_t>(ids.size()),
-                                                                              num_experts, block_size),
-                                                moe::dtype_of<IdT>::value);
+  const auto all = paths_of<IdT>(static_cast<std::int64_t>(ids.size()), num_experts, block_size);
+  const auto paths = narrowed(all);
   for (std::size_t i = 0; i < paths.size(); ++i) {
-    const bool plain = i == 0 && first_plain;
+    const bool plain = paths[i] == all.front();  // the policy's choice as a plain call, every other path forced
     INFO("path " << paths[i] << (plain ? " (the policy's)" : " (forced)"));
     AlignResult got;
     if (plain) {

@@ -41,19 +41,8 @@ struct alignas(16) Vec16 {
   typename Traits::storage v[kCount];
 };
 
-// Inclusive prefix sum across the lanes of a warp.
-template <class T>
-MOE_DEVICE T warp_inclusive_scan(T v) {
-  const int lane = lane_id();
-  for (int d = 1; d < kWarpSize; d <<= 1) {
-    const T up = shfl_up(v, d);
-    if (lane >= d) v += up;
-  }
-  return v;
-}
-
-// Inclusive scan across the lanes of a warp under an associative operation op(earlier, later), and the whole
-// warp's reduction in every lane (block_sort's scans: run starts by max, padded positions by sum).
+// Inclusive scan across the lanes of a warp under an associative operation op(earlier, later) (block_sort's run
+// starts by max), and the prefix sum every other kernel takes.
 template <class T, class Op>
 MOE_DEVICE T warp_inclusive_scan(T v, Op op) {
   const int lane = lane_id();
@@ -63,6 +52,11 @@ MOE_DEVICE T warp_inclusive_scan(T v, Op op) {
   }
   return v;
 }
+template <class T>
+MOE_DEVICE T warp_inclusive_scan(T v) {
+  return warp_inclusive_scan(v, [](T up, T mine) { return up + mine; });
+}
+// The whole warp's reduction under op, in every lane.
 template <class T, class Op>
 MOE_DEVICE T warp_reduce(T v, Op op) {
   for (int d = kWarpSize / 2; d > 0; d >>= 1) v = op(v, shfl_xor(v, d));
