@@ -62,6 +62,7 @@ struct AlignTuning {
   static constexpr int kSortThreads = 1024;              // block_sort: one block holds every id ...
   static constexpr std::int64_t kSortMaxIds = 2048;      // ... 2 a thread
   static constexpr int kSortDigitBits = 7;               // block_sort: 128 digit values x (warps + 1) columns
+  static constexpr int kSortListMax = 16;                // block_sort: an expert's ids walked to rank one
   // -- thresholds and cuts
   // warp_tiny up to 8 ids: block_per_expert took 1.06-1.14x there with 256 experts (0.90-0.99 with <= 64: one
   // rule fewer; step 27)
