@@ -1,6 +1,8 @@
 // block_sort: <= 2048 ids, any expert count (up to the contract's 65536), one launch, no workspace.
 #pragma once
 
+#include <algorithm>
+
 #include "align/common.cuh"
 #include "contract.hpp"
 
@@ -19,8 +21,9 @@ constexpr int kSortWordsPerThread = kSortWords / kSortThreads;
 static_assert(kSortMaxIds == kSortThreads * kSortSteps, "the block holds every id");
 static_assert(kSortWords == kSortThreads * kSortWordsPerThread, "the threads own the bitmap's words");
 static_assert(kSortWarps <= kWarpSize, "one warp reduces the warps' values");
-static_assert(2 * kSortWords <= kSortCounters && 2 * kSortMaxIds <= kSortCounters,
-              "the bitmap and its prefixes, then each rank's two starts, live in the counters' memory");
+// the counters' memory holds first the bitmap and its words' prefixes, then each rank's two starts (64-lane
+// warps: fewer counters than those)
+constexpr int kSortShared = std::max({kSortCounters, 2 * kSortWords, 2 * kSortMaxIds});
 static_assert(bits_for(kSortMaxIds + 1) + kSortIndexBits <= 32,
               "a key (rank among the experts present or the dropped value, then the index) fits 32 bits");
 
@@ -226,7 +229,7 @@ template <bool kPow2, class Src>
 __global__ void __launch_bounds__(kSortThreads) sort_kernel(Src src, std::int32_t fill, AlignOut out) {
   __shared__ std::uint32_t keys[kSortMaxIds];  // each rank's ids (listing); the keys (sort_layout)
   // the bitmap and its words' prefixes; then each rank's list start and padded start; sort_layout's counters
-  __shared__ std::int32_t counts[kSortCounters];
+  __shared__ std::int32_t counts[kSortShared];
   __shared__ std::int32_t sizes[kSortMaxIds];  // ids a rank; then each rank's expert (sort_layout)
   __shared__ std::int32_t scratch[2 * kSortWarps];
   const int n = static_cast<int>(src.size()), E = out.num_experts, tid = static_cast<int>(threadIdx.x);
