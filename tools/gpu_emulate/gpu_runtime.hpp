@@ -8,6 +8,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <barrier>
 #include <cstdint>
 #include <cstring>
@@ -119,6 +120,17 @@ void launch(const char*, unsigned grid, unsigned block, std::size_t, stream_t, A
 }  // namespace moe
 
 inline void __syncthreads() { moe::gpu::g_emulation->block->arrive_and_wait(); }
+inline int __syncthreads_or(int p) {  // a flag set before the first barrier, read between it and the second
+  static std::atomic<int> flag{0};
+  auto& block = *moe::gpu::g_emulation->block;
+  if (p) flag.store(1);
+  block.arrive_and_wait();
+  const int any = flag.load();
+  block.arrive_and_wait();
+  if (threadIdx.x == 0) flag.store(0);
+  block.arrive_and_wait();  // cleared before any thread's next call sets it
+  return any;
+}
 inline int __clz(int v) { return v == 0 ? 32 : __builtin_clz(static_cast<unsigned>(v)); }
 struct int4 {
   int x, y, z, w;
