@@ -125,8 +125,8 @@ void align_typed(const detail::AlignShape& s, const detail::AlignArgs& a, gpu::s
       return;
     case AlignPath::kWarpTiny:
       with_flag(p.pow2, [&](auto pow2) {
-        gpu::launch<gpu::tiny_kernel<decltype(pow2)::value, gpu::IdSource<IdT>>>(
-            "tiny_kernel", LaunchShape{p.grid, p.block, 0, 0, false, p.overlap}, stream, src, out);
+        gpu::launch<gpu::tiny_kernel<decltype(pow2)::value, gpu::IdSource<IdT>, gpu::NoExtras>>(
+            "tiny_kernel", LaunchShape{p.grid, p.block, 0, 0, false, p.overlap}, stream, src, out, gpu::NoExtras{});
       });
       return;
     case AlignPath::kBlockPerExpert: {
@@ -209,6 +209,32 @@ void align_typed(const detail::AlignShape& s, const detail::AlignArgs& a, gpu::s
 }
 
 }  // namespace
+
+// align_block_size_ep in one launch where the local shape's path (the policy's or a forced one) is warp_tiny: the
+// ids mapped as they load, the counts and positions written by the kernel that places the ids (align_ep.cu).
+template <class IdT>
+bool align_ep_one_launch_typed(const detail::AlignEpShape& s, const detail::AlignEpArgs& a, gpu::stream_t stream) {
+  const detail::AlignShape local = detail::local_align_shape(s);
+  if (local.numel > gpu::AlignTuning::kTinyMaxIds) return false;  // before the policy: no host cost for the rest
+  const AlignPolicy p = policy_for_this_call(local, caps_for_this_call<IdT>());
+  if (p.path != AlignPath::kWarpTiny) return false;
+  const std::int32_t L = s.num_local_experts;
+  const AlignOut out{a.sorted_token_ids, a.expert_ids, a.num_tokens_post_pad, static_cast<std::int32_t>(s.numel),
+                     L,  s.block_size,   p.pow2 ? gpu::bits_for(s.block_size) : -1, local.max_padded, local.max_blocks};
+  const gpu::MappedSource<IdT> src{static_cast<const IdT*>(a.topk_ids), s.numel, s.num_experts, a.expert_map, L,
+                                   Digit{0, gpu::bits_for(L)}};
+  with_flag(p.pow2, [&](auto pow2) {
+    gpu::launch<gpu::tiny_kernel<decltype(pow2)::value, gpu::MappedSource<IdT>, gpu::EpExtras>>(
+        "tiny_kernel (align_ep)", LaunchShape{p.grid, p.block, 0, 0, false, p.overlap}, stream, src, out,
+        gpu::EpExtras{a.expert_counts, a.token_positions, L});
+  });
+  return true;
+}
+
+bool align_ep_one_launch(const detail::AlignEpShape& shape, const detail::AlignEpArgs& args, void* stream) {
+  return detail::dispatch_id_type(
+      args.id_type, [&](auto tag) { return align_ep_one_launch_typed<decltype(tag)>(shape, args, gpu::to_stream(stream)); });
+}
 
 void align(const detail::AlignShape& shape, const detail::AlignArgs& args, void* stream) {
   detail::dispatch_id_type(args.id_type,
