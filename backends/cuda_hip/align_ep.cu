@@ -9,8 +9,9 @@
 //           the sentinel, and each local expert's count from the layout (a binary search of expert_ids, which
 //           ascend, for its first and last block, and of its last block for the sentinel): no atomics, each
 //           value written by one thread.
-// Where the local shape's align path is warp_tiny (<= 32 ids) all three are one launch instead
-// (align_ep_one_launch, in align.cu beside the align kernels): 1x8 took 3.15x align's time as three (RESULTS).
+// Where the local shape's align path is warp_tiny (<= 32 ids) or block_per_expert (<= 2048 ids, 32- or 64-bit ids)
+// all three are one launch instead (align_ep_one_launch, in align.cu beside the align kernels): 1x8 and 256x8 took
+// 3.1x align's time as three (perf/RESULTS.md).
 // Every kernel on `stream`, in stream order (each waits for the one before it: gpu_runtime.hpp, "dependent
 // launch"); no allocation, no host synchronisation: graph-capturable.
 #include <algorithm>

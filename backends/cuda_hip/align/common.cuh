@@ -67,6 +67,15 @@ struct MappedSource {
   }
 };
 
+// align_block_size_ep's outputs beside the layout, written by the same launch (warp_tiny and block_per_expert:
+// align_ep.cu's one launch instead of map, align and finish kernels). NULL: not written.
+struct EpExtras {
+  std::int32_t* counts;     // [num_local]: each local expert's ids
+  std::int32_t* positions;  // [numel]: each id's padded position, -1 when dropped
+  std::int32_t num_local;
+};
+struct NoExtras {};  // align_block_size: the layout alone
+
 struct PairSource {  // output of the first radix pass: only kept ids, count known on the device
   const std::int32_t* keys;
   const std::int32_t* values;

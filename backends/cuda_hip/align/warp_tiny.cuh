@@ -8,14 +8,6 @@
 namespace moe {
 namespace gpu {
 
-// align_block_size_ep's outputs beside the layout, written by the same launch (align_ep.cu: one launch instead of
-// map, align and finish kernels where the ids fit one warp). NULL: not written.
-struct EpExtras {
-  std::int32_t* counts;     // [num_local]: each local expert's ids
-  std::int32_t* positions;  // [numel]: each id's padded position, -1 when dropped
-  std::int32_t num_local;
-};
-struct NoExtras {};  // align_block_size: the layout alone
 
 // At most 32 ids, any number of experts. Every warp holds all ids, one per lane, and derives the
 // layout from them alone: the experts present and their counts (match_bucket), each one's padded start (the
