@@ -8,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "align/block_per_expert.cuh"
 #include "align/block_sort.cuh"
 #include "align/warp_tiny.cuh"
 #include "moe/reference.hpp"
@@ -69,8 +70,10 @@ void check(std::int64_t n, std::int32_t E, std::int32_t bs, int dist, int blocks
 
 // warp_tiny's align_ep form (one launch: ids mapped as they load, counts and positions beside the layout) against
 // reference::align_block_size_ep: maps with remote (-1), out-of-range and many-to-one entries, or the identity.
-void check_tiny_ep(std::int64_t n, std::int32_t E, std::int32_t L, bool identity, std::int32_t bs, bool extras,
-                   std::mt19937_64& rng) {
+// path: 0 warp_tiny, 1 block_per_expert (128 threads, <= 4 ids each, kK experts a block)
+template <int kK>
+void check_ep(int path, std::int64_t n, std::int32_t E, std::int32_t L, bool identity, std::int32_t bs, bool extras,
+              std::mt19937_64& rng) {
   if (identity) L = E;
   std::vector<std::int32_t> ids(static_cast<std::size_t>(n)), map(static_cast<std::size_t>(E));
   for (auto& m : map) {
@@ -95,20 +98,33 @@ void check_tiny_ep(std::int64_t n, std::int32_t E, std::int32_t L, bool identity
                                pow2 ? moe::gpu::bits_for(bs) : -1, shape.max_padded, shape.max_blocks};
   const moe::gpu::MappedSource<std::int32_t> src{ids.data(), n, E, m, L, moe::gpu::Digit{0, moe::gpu::bits_for(L)}};
   const moe::gpu::EpExtras ex{extras ? counts.data() : nullptr, extras ? pos.data() : nullptr, L};
-  moe::gpu::g_max_blocks = 2;
-  if (pow2)
-    moe::gpu::launch<moe::gpu::tiny_kernel<true, moe::gpu::MappedSource<std::int32_t>, moe::gpu::EpExtras>>(
-        "tiny_kernel", 2, moe::gpu::kThreads, 0, nullptr, src, out, ex);
-  else
-    moe::gpu::launch<moe::gpu::tiny_kernel<false, moe::gpu::MappedSource<std::int32_t>, moe::gpu::EpExtras>>(
-        "tiny_kernel", 2, moe::gpu::kThreads, 0, nullptr, src, out, ex);
+  using Src = moe::gpu::MappedSource<std::int32_t>;
+  using moe::gpu::EpExtras;
+  if (path == 0) {
+    moe::gpu::g_max_blocks = 2;
+    if (pow2)
+      moe::gpu::launch<moe::gpu::tiny_kernel<true, Src, EpExtras>>("tiny", 2, moe::gpu::kThreads, 0, nullptr, src, out, ex);
+    else
+      moe::gpu::launch<moe::gpu::tiny_kernel<false, Src, EpExtras>>("tiny", 2, moe::gpu::kThreads, 0, nullptr, src, out, ex);
+  } else {  // every block owns kK experts: all of them run
+    const unsigned threads = 128, grid = static_cast<unsigned>((L + kK - 1) / kK);
+    const int per = static_cast<int>((n + threads - 1) / threads);  // <= 4
+    moe::gpu::g_max_blocks = grid;
+    const std::size_t smem = moe::gpu::owned_smem_bytes(static_cast<int>(threads) / 32, L, kK);
+    if (pow2)
+      moe::gpu::launch<moe::gpu::owned_kernel<4, kK, true, Src, EpExtras>>("owned", grid, threads, smem, nullptr, src,
+                                                                            per, out, ex);
+    else
+      moe::gpu::launch<moe::gpu::owned_kernel<4, kK, false, Src, EpExtras>>("owned", grid, threads, smem, nullptr, src,
+                                                                             per, out, ex);
+  }
   ++cases;
   const bool extras_ok = !extras || (counts == ref_counts && pos == ref_pos);
   const bool untouched = extras || (std::all_of(counts.begin(), counts.end(), [](int v) { return v == 77; }) &&
                                     std::all_of(pos.begin(), pos.end(), [](int v) { return v == 77; }));
   const bool ok = sorted == ref_sorted && eids == ref_eids && post == ref_post && extras_ok && untouched;
   if (!ok) ++failures;
-  std::printf("tiny ep n=%lld E=%d L=%d %s bs=%d extras=%d: %s\n", static_cast<long long>(n), E, L,
+  std::printf("%s ep n=%lld E=%d L=%d %s bs=%d extras=%d: %s\n", path ? "owned" : "tiny", static_cast<long long>(n), E, L,
               identity ? "identity" : "map", bs, extras ? 1 : 0, ok ? "ok" : "MISMATCH");
 }
 
@@ -144,7 +160,11 @@ int main(int argc, char** argv) {
             {17, 1000, 1, false, 1, true}, {8, 256, 32, false, 64, false}, {20, 9, 9, true, 48, true},
             {32, 65536, 65536, true, 128, true}};
   for (const auto& c : ep)
-    if (cases < max_cases) check_tiny_ep(c.n, c.E, c.L, c.identity, c.bs, c.extras, rng);
+    if (cases < max_cases) check_ep<1>(0, c.n, c.E, c.L, c.identity, c.bs, c.extras, rng);
+  for (const auto& c : {ep[0], ep[1], ep[2], ep[4], ep[5]}) {  // block_per_expert's form: 1 and 2 experts a block
+    if (cases < max_cases) check_ep<1>(1, c.n * 15, c.E, c.L, c.identity, c.bs, c.extras, rng);
+    if (cases < max_cases) check_ep<2>(1, c.n * 15 + 7, c.E, c.L, c.identity, c.bs, c.extras, rng);
+  }
   std::printf("%d cases, %d mismatches\n", cases, failures);
   return failures == 0 ? 0 : 1;
 }
