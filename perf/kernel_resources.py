@@ -20,8 +20,8 @@ from pathlib import Path
 # The instances the H200 plan picks for the issue-5 shapes (perf/RESULTS.md, table of targets): int32 ids,
 # block size 64 (a power of two), 132 SMs.
 HOT = {
-    "void moe::gpu::tiny_kernel<true, moe::gpu::IdSource<int> >": "1x8",
-    "void moe::gpu::owned_kernel<4, 2, true, moe::gpu::IdSource<int> >": "256x8 (E=256: 2 experts per block)",
+    "void moe::gpu::tiny_kernel<true, moe::gpu::IdSource<int>, moe::gpu::NoExtras>": "1x8",
+    "void moe::gpu::owned_kernel<4, 2, true, moe::gpu::IdSource<int>, moe::gpu::NoExtras>": "256x8 (E=256: 2 experts per block)",
     "void moe::gpu::cluster_kernel<2, true, moe::gpu::IdSource<int> >": "4096x8 (8 clusters of 8, 2 ids per thread)",
     "void moe::gpu::grid_kernel<4, moe::gpu::IdSource<int> >": "16384x8, 65536x2",
     "void moe::gpu::grid_kernel<16, moe::gpu::IdSource<int> >": "65536x8, uniform and skewed",

@@ -25,7 +25,7 @@ enum class Dist {
   kOneExpert,    // every id on the expert `hot`
   kEvenExperts,  // uniform over the even experts: every odd expert empty
   kRouter,       // each token picks topk distinct experts (topk <= E)
-  kGroups,       // every expert present holds exactly `hot` ids (a count here), experts spread, ids shuffled
+  kGroups,       // every expert present holds `hot` ids (a count here; the last the rest), experts spread, shuffled
 };
 constexpr std::int32_t kHotLast = -1;  // `hot`: the expert E - 1
 constexpr std::int32_t kHotMid = -2;   // `hot`: the expert E / 2
@@ -85,6 +85,7 @@ inline std::string name(const AlignCase& c) {
   if (c.dropped > 0) s += " dropped=" + std::to_string(c.dropped).substr(0, 5);
   const bool hot = c.dist == Dist::kSkew || c.dist == Dist::kOneExpert;
   if (hot && c.hot != 0) s += " hot=" + std::to_string(c.hot_expert());
+  if (c.dist == Dist::kGroups) s += " per=" + std::to_string(c.hot);
   if (c.id_type != MOE_INT32) s += std::string(" ") + dtype_name(c.id_type);
   return s;
 }
@@ -137,7 +138,7 @@ std::vector<IdT> make_ids(const AlignCase& c, Rng& rng) {
   if (c.dist == Dist::kGroups) {  // group g on expert g * 7919 mod E: distinct while the groups are <= E (E = 2^k)
     std::vector<IdT> v(static_cast<std::size_t>(c.numel()));
     for (std::size_t i = 0; i < v.size(); ++i)
-      v[i] = clamp_id<IdT>(static_cast<std::int64_t>(i) / c.hot * 7919 % E);
+      v[i] = clamp_id<IdT>(static_cast<std::int64_t>(i) / std::max(c.hot, 1) * 7919 % E);
     std::shuffle(v.begin(), v.end(), rng);
     return v;
   }

@@ -158,6 +158,10 @@ TEST_CASE("policy: launch geometry") {
   CHECK(gpu::select_align_policy(shape(2048, 1024), h).experts_per_block == 8);
   CHECK(gpu::select_align_policy(shape(2048, 256), a100()).experts_per_block == 4);
   CHECK(gpu::select_align_policy(shape(2048, 1024), mi300()).experts_per_block == 2);  // 8 wavefronts a block
+  // whole warps: 600 ids want 150 threads, 160 on 32-lane warps, 192 on 64-lane wavefronts (a part-filled wave
+  // held ids no warp count covered)
+  CHECK(gpu::select_align_policy(shape(600, 256), h).block == 160);
+  CHECK(gpu::select_align_policy(shape(600, 256), mi300()).block == 192);
   p = gpu::select_align_policy(shape(256, 256), h);  // 128 threads, 2 ids each
   CHECK((p.block == 128 && p.per == 2 && p.experts_per_block == 1));
   // one_cluster: the fewest ids per thread that fit 8 blocks; the cluster is the grid

@@ -125,8 +125,8 @@ void align_typed(const detail::AlignShape& s, const detail::AlignArgs& a, gpu::s
       return;
     case AlignPath::kWarpTiny:
       with_flag(p.pow2, [&](auto pow2) {
-        gpu::launch<gpu::tiny_kernel<decltype(pow2)::value, gpu::IdSource<IdT>>>(
-            "tiny_kernel", LaunchShape{p.grid, p.block, 0, 0, false, p.overlap}, stream, src, out);
+        gpu::launch<gpu::tiny_kernel<decltype(pow2)::value, gpu::IdSource<IdT>, gpu::NoExtras>>(
+            "tiny_kernel", LaunchShape{p.grid, p.block, 0, 0, false, p.overlap}, stream, src, out, gpu::NoExtras{});
       });
       return;
     case AlignPath::kBlockPerExpert: {
@@ -137,8 +137,9 @@ void align_typed(const detail::AlignShape& s, const detail::AlignArgs& a, gpu::s
         with_steps<gpu::AlignTuning::kOwnedMaxExpertsPerBlock>(p.experts_per_block, [&](auto experts) {
           with_flag(p.pow2, [&](auto pow2) {  // the block size's form fixed: no branch per padded size
             gpu::launch<gpu::owned_kernel<decltype(per)::value, decltype(experts)::value, decltype(pow2)::value,
-                                          gpu::IdSource<IdT>>>(
-                "owned_kernel", LaunchShape{p.grid, p.block, smem, 0, false, p.overlap}, stream, src, p.per, out);
+                                          gpu::IdSource<IdT>, gpu::NoExtras>>(
+                "owned_kernel", LaunchShape{p.grid, p.block, smem, 0, false, p.overlap}, stream, src, p.per, out,
+                gpu::NoExtras{});
           });
         });
       });
@@ -209,6 +210,53 @@ void align_typed(const detail::AlignShape& s, const detail::AlignArgs& a, gpu::s
 }
 
 }  // namespace
+
+// align_block_size_ep in one launch where the local shape's path (the policy's or a forced one) is warp_tiny or
+// block_per_expert: the ids mapped as they load, the counts and positions written by the kernel that places the ids
+// (align_ep.cu). block_per_expert's form for 32- and 64-bit ids (the others: the three kernels).
+template <class IdT>
+bool align_ep_one_launch_typed(const detail::AlignEpShape& s, const detail::AlignEpArgs& a, gpu::stream_t stream) {
+  const detail::AlignShape local = detail::local_align_shape(s);
+  if (local.numel > gpu::AlignTuning::kOwnedMaxIds) return false;  // before the policy: no host cost for the rest
+  const AlignCaps caps = caps_for_this_call<IdT>();
+  const AlignPolicy p = policy_for_this_call(local, caps);
+  const std::int32_t L = s.num_local_experts;
+  const AlignOut out{a.sorted_token_ids, a.expert_ids, a.num_tokens_post_pad, static_cast<std::int32_t>(s.numel),
+                     L,  s.block_size,   p.pow2 ? gpu::bits_for(s.block_size) : -1, local.max_padded, local.max_blocks};
+  const gpu::MappedSource<IdT> src{static_cast<const IdT*>(a.topk_ids), s.numel, s.num_experts, a.expert_map, L,
+                                   Digit{0, gpu::bits_for(L)}};
+  const gpu::EpExtras extras{a.expert_counts, a.token_positions, L};
+  if (p.path == AlignPath::kWarpTiny) {
+    with_flag(p.pow2, [&](auto pow2) {
+      gpu::launch<gpu::tiny_kernel<decltype(pow2)::value, gpu::MappedSource<IdT>, gpu::EpExtras>>(
+          "tiny_kernel (align_ep)", LaunchShape{p.grid, p.block, 0, 0, false, p.overlap}, stream, src, out, extras);
+    });
+    return true;
+  }
+  if constexpr (sizeof(IdT) == 4 || sizeof(IdT) == 8) {
+    if (p.path == AlignPath::kBlockPerExpert) {
+      const std::size_t smem =
+          gpu::owned_smem_bytes(static_cast<int>(p.block) / caps.device.warp_size, L, p.experts_per_block);
+      with_steps<gpu::kOwnedItems>(p.per, [&](auto per) {
+        with_steps<gpu::AlignTuning::kOwnedMaxExpertsPerBlock>(p.experts_per_block, [&](auto experts) {
+          with_flag(p.pow2, [&](auto pow2) {
+            gpu::launch<gpu::owned_kernel<decltype(per)::value, decltype(experts)::value, decltype(pow2)::value,
+                                          gpu::MappedSource<IdT>, gpu::EpExtras>>(
+                "owned_kernel (align_ep)", LaunchShape{p.grid, p.block, smem, 0, false, p.overlap}, stream, src,
+                p.per, out, extras);
+          });
+        });
+      });
+      return true;
+    }
+  }
+  return false;
+}
+
+bool align_ep_one_launch(const detail::AlignEpShape& shape, const detail::AlignEpArgs& args, void* stream) {
+  return detail::dispatch_id_type(
+      args.id_type, [&](auto tag) { return align_ep_one_launch_typed<decltype(tag)>(shape, args, gpu::to_stream(stream)); });
+}
 
 void align(const detail::AlignShape& shape, const detail::AlignArgs& args, void* stream) {
   detail::dispatch_id_type(args.id_type,

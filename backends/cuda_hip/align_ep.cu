@@ -9,6 +9,9 @@
 //           the sentinel, and each local expert's count from the layout (a binary search of expert_ids, which
 //           ascend, for its first and last block, and of its last block for the sentinel): no atomics, each
 //           value written by one thread.
+// Where the local shape's align path is warp_tiny (<= 32 ids) or block_per_expert (<= 2048 ids, 32- or 64-bit ids)
+// all three are one launch instead (align_ep_one_launch, in align.cu beside the align kernels): 1x8 and 256x8 took
+// 3.1x align's time as three (perf/RESULTS.md).
 // Every kernel on `stream`, in stream order (each waits for the one before it: gpu_runtime.hpp, "dependent
 // launch"); no allocation, no host synchronisation: graph-capturable.
 #include <algorithm>
@@ -21,6 +24,9 @@
 
 namespace moe {
 namespace backend {
+
+// align.cu: the whole call in one launch where it can (returns false, launching nothing, where it cannot).
+bool align_ep_one_launch(const detail::AlignEpShape& shape, const detail::AlignEpArgs& args, void* stream);
 
 namespace {
 
@@ -154,6 +160,7 @@ void align_ep(const detail::AlignEpShape& s, const detail::AlignEpArgs& a, void*
       gpu::check(gpu::memset_async(a.expert_counts, 0, count_bytes, stream), "memset expert_counts");
     return;
   }
+  if (align_ep_one_launch(s, a, stream_arg)) return;
   const std::size_t head = mapped_bytes(s);
   void* rest = static_cast<unsigned char*>(a.workspace) + head;
   const std::size_t rest_bytes = a.workspace_bytes - head;

@@ -13,8 +13,9 @@
 //   warp_tiny         <= 32 ids, any expert count: each warp derives the layout from the ids alone. warp_tiny.cuh
 //   block_per_expert  <= 2048 ids, <= 1024 experts: one launch, a block per expert (or per 2-8); each reads all
 //                     ids and places its own experts' ids; no block waits for another. block_per_expert.cuh
-//   block_sort        <= 2048 ids, any expert count: one launch; every block radix-sorts all ids by expert in
-//                     shared memory and writes its strip of the layout; no block waits for another. block_sort.cuh
+//   block_sort        <= 2048 ids, any expert count: one launch; every block lists all ids by expert in shared
+//                     memory (radix-sorts them where an expert holds more than 16) and writes its strip of the
+//                     layout; no block waits for another. block_sort.cuh
 //   one_cluster       (clusters) <= 8192 ids: ONE thread-block cluster of <= 8 blocks reading each other's counts
 //                     from shared memory: one cluster barrier, no workspace. cluster.cuh (kMany false)
 //   cluster_grid      (clusters, cooperative) 2049-65536 ids: <= 8 such clusters in one cooperative launch, one
@@ -361,8 +362,9 @@ inline AlignPolicy align_policy_for(AlignPath p, const detail::AlignShape& s, co
       break;
     case AlignPath::kBlockPerExpert: {
       const std::int64_t threads = std::clamp<std::int64_t>(
-          ((n + AlignTuning::kOwnedItems - 1) / AlignTuning::kOwnedItems + 31) / 32 * 32, AlignTuning::kOwnedMinThreads,
-          kOwnedMaxThreads);
+          // whole warps (64 lanes on AMD: a part-filled wave would hold ids no warp count covers)
+          ((n + AlignTuning::kOwnedItems - 1) / AlignTuning::kOwnedItems + d.warp_size - 1) / d.warp_size * d.warp_size,
+          AlignTuning::kOwnedMinThreads, kOwnedMaxThreads);
       r.block = static_cast<unsigned>(threads);
       r.per = static_cast<int>((n + threads - 1) / threads);
       const std::int64_t budget = std::int64_t{AlignTuning::kOwnedWarpsPerSm} * d.sm_count;

@@ -46,11 +46,13 @@ struct Emulation {
   std::unique_ptr<std::barrier<>> block;
   std::vector<std::unique_ptr<std::barrier<>>> warps;
   std::vector<std::uint64_t> slots;
+  std::vector<std::int32_t> dynamic_smem;  // the launch's dynamic shared memory (run.sh rewrites `extern __shared__`)
 };
 inline Emulation* g_emulation = nullptr;
 inline unsigned g_max_blocks = 3;  // blocks actually run per launch
 
 inline stream_t to_stream(void* s) { return s; }
+inline std::int32_t* dynamic_smem() { return g_emulation->dynamic_smem.data(); }
 inline int lane_id() { return static_cast<int>(threadIdx.x) % kWarpSize; }
 inline int warp_id() { return static_cast<int>(threadIdx.x) / kWarpSize; }
 inline int warps_per_block() { return static_cast<int>(blockDim.x) / kWarpSize; }
@@ -94,7 +96,7 @@ inline lane_mask_t ballot(bool p) {
 }
 
 template <auto Kernel, class... Args>
-void launch(const char*, unsigned grid, unsigned block, std::size_t, stream_t, Args... args) {
+void launch(const char*, unsigned grid, unsigned block, std::size_t smem_bytes, stream_t, Args... args) {
   const unsigned blocks = std::min(grid, g_max_blocks);
   gridDim.x = blocks;  // the kernels' grid-stride loops cover the rest
   blockDim.x = block;
@@ -103,6 +105,7 @@ void launch(const char*, unsigned grid, unsigned block, std::size_t, stream_t, A
     e.block = std::make_unique<std::barrier<>>(static_cast<std::ptrdiff_t>(block));
     for (unsigned w = 0; w < block / kWarpSize; ++w) e.warps.push_back(std::make_unique<std::barrier<>>(kWarpSize));
     e.slots.assign(block, 0);
+    e.dynamic_smem.assign((smem_bytes + 3) / 4, 0x5A5A5A5A);  // garbage, as on a device
     g_emulation = &e;
     std::vector<std::thread> threads;
     for (unsigned t = 0; t < block; ++t)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs CUDA/HIP kernels on the CPU against the reference (see gpu_runtime.hpp): the gating kernels
-# (emulate_gating.cpp) or align's block_sort (emulate_align.cpp).
+# (emulate_gating.cpp) or align's block_sort and align_ep's one-launch forms (emulate_align.cpp).
 # Usage: tools/gpu_emulate/run.sh [gating|align] [BUILD_CPU_DIR [MAX_CASES]]   (a CPU build, default build-cpu;
 # output in build-emulate/). MOE_EMULATE_MUTATE=1 (gating) first breaks the kernels' tie rule (a sanity check:
 # mismatches expected).
@@ -16,6 +16,10 @@ if [[ $op == align ]]; then
   # the kernel's headers beside the stand-in gpu_runtime.hpp (their quoted includes look there first)
   rm -rf "$out/cuda_hip" && cp -r "$here/backends/cuda_hip" "$out/cuda_hip"
   cp "$here/tools/gpu_emulate/gpu_runtime.hpp" "$out/cuda_hip/gpu_runtime.hpp"
+  # dynamic shared memory: the block's buffer of the stand-in launch
+  sed -i 's/extern __shared__ std::int32_t smem\[\];/std::int32_t* const smem = moe::gpu::dynamic_smem();/' \
+    "$out/cuda_hip/align/block_per_expert.cuh"
+  grep -q 'dynamic_smem()' "$out/cuda_hip/align/block_per_expert.cuh" || { echo "dynamic shared memory not rewritten"; exit 2; }
   g++ "${flags[@]}" -I"$out/cuda_hip" -c "$here/tools/gpu_emulate/emulate_align.cpp" -o "$out/align.o"
   g++ -pthread "$out/align.o" "$lib/libmoe_routing.a" -o "$out/emulate_align"
   timeout 3600 "$out/emulate_align" ${2:+"$2"}

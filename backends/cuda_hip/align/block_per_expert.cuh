@@ -1,6 +1,8 @@
 // block_per_expert: one launch of a block per expert (or per 2-8 experts).
 #pragma once
 
+#include <type_traits>
+
 #include "align/common.cuh"
 
 namespace moe {
@@ -29,8 +31,11 @@ inline std::size_t owned_smem_bytes(int warps, std::int32_t experts, int experts
 // once; the price is that every block reads all ids (from L2 after the first). How the ids and experts are cut
 // (align_policy.hpp: about 4 ids per thread, and as many experts per block as keep the grid near 16 warps per SM):
 // past that many blocks the SMs' issue slots, not latency, set the time.
-template <int kMaxPer, int kK, bool kPow2, class Src>
-__global__ void __launch_bounds__(kOwnedMaxThreads) owned_kernel(Src src, int per, AlignOut out) {
+// align_ep's form (Extras = EpExtras, Src = MappedSource): the ids mapped as they load; each placed id writes its
+// position beside it, block 0 the -1 of each dropped id, and the warp of each owned expert its count.
+template <int kMaxPer, int kK, bool kPow2, class Src, class Extras>
+__global__ void __launch_bounds__(kOwnedMaxThreads) owned_kernel(Src src, int per, AlignOut out, Extras extras) {
+  constexpr bool kEp = std::is_same_v<Extras, EpExtras>;
   extern __shared__ std::int32_t smem[];
   const int E = out.num_experts, W = warps_per_block(), w = warp_id(), lane = lane_id();
   const int n = static_cast<int>(src.size()), T = static_cast<int>(blockDim.x), tid = static_cast<int>(threadIdx.x);
@@ -103,11 +108,20 @@ __global__ void __launch_bounds__(kOwnedMaxThreads) owned_kernel(Src src, int pe
 #pragma unroll
     for (int k = 0; k < kK; ++k) rank[j] += key[j] == mine + k ? at[k] + start[k] : 0;
     if (static_cast<std::uint32_t>(key[j] - mine) < kK) out.sorted[rank[j]] = first + j * kWarpSize + lane;
+    if constexpr (kEp) {
+      if (extras.positions != nullptr) {
+        if (static_cast<std::uint32_t>(key[j] - mine) < kK) extras.positions[first + j * kWarpSize + lane] = rank[j];
+        else if (blockIdx.x == 0 && in[j] && key[j] < 0) extras.positions[first + j * kWarpSize + lane] = -1;
+      }
+    }
   }
 #pragma unroll
   for (int k = 0; k < kK; ++k) {
     // a warp per owned expert writes its padding and expert_ids (k % W, without the division where k < W)
     if (w != (k < W ? k : k % W)) continue;
+    if constexpr (kEp) {
+      if (extras.counts != nullptr && lane == 0 && mine + k < E) extras.counts[mine + k] = count[k];
+    }
     const std::int32_t end = start[k] + out.padded_as<kPow2>(count[k]);
 #pragma unroll 1
     for (std::uint32_t p = start[k] + count[k] + lane, hi = end; p < hi; p += kWarpSize)  // unsigned: see

@@ -44,6 +44,38 @@ struct IdSource {
   }
 };
 
+// align_block_size_ep: each id through expert_map (NULL: the identity) to its local expert, -1 when the id is out of
+// [0, num_experts) or its entry out of [0, num_local) (the map read only at ids in range).
+template <class IdT>
+struct MappedSource {
+  const IdT* ids;
+  std::int64_t n;
+  std::int32_t num_experts;
+  const std::int32_t* map;
+  std::int32_t num_local;
+  Digit digit;
+  MOE_DEVICE std::int64_t size() const { return n; }
+  MOE_DEVICE Item load(std::int64_t i) const {
+    using U = std::conditional_t<sizeof(IdT) <= 4, std::uint32_t, std::uint64_t>;
+    const auto v = static_cast<U>(ids[i]);
+    std::int32_t local = -1;
+    if (v < static_cast<U>(num_experts)) {
+      const std::int32_t m = map != nullptr ? map[v] : static_cast<std::int32_t>(v);
+      local = static_cast<std::uint32_t>(m) < static_cast<std::uint32_t>(num_local) ? m : -1;
+    }
+    return {local, static_cast<std::int32_t>(i)};
+  }
+};
+
+// align_block_size_ep's outputs beside the layout, written by the same launch (warp_tiny and block_per_expert:
+// align_ep.cu's one launch instead of map, align and finish kernels). NULL: not written.
+struct EpExtras {
+  std::int32_t* counts;     // [num_local]: each local expert's ids
+  std::int32_t* positions;  // [numel]: each id's padded position, -1 when dropped
+  std::int32_t num_local;
+};
+struct NoExtras {};  // align_block_size: the layout alone
+
 struct PairSource {  // output of the first radix pass: only kept ids, count known on the device
   const std::int32_t* keys;
   const std::int32_t* values;
