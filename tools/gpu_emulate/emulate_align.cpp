@@ -1,7 +1,10 @@
 // Runs the CUDA/HIP block_sort align kernel (backends/cuda_hip/align/block_sort.cuh) on the CPU and compares its
 // outputs with the reference, bit for bit: ids up to 2048, 1 to 65536 experts, block sizes that are powers of two
 // and not, uniform, skewed, one-expert and all-dropped ids, 16 or 17 ids on each expert present (block_sort lists,
-// or sorts), one block and several blocks per call (each block writes its own strip of the outputs). Build and run: tools/gpu_emulate/run.sh align (needs a CPU build).
+// or sorts), one block and several blocks per call (each block writes its own strip of the outputs). Then
+// align_ep's one-launch forms (warp_tiny, block_per_expert) against reference::align_block_size_ep. Built for
+// 32-lane warps and for 64 (-DMOE_EMULATE_WARP=64: AMD's wavefronts). Build and run: tools/gpu_emulate/run.sh
+// align (needs a CPU build).
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -110,7 +113,7 @@ void check_ep(int path, std::int64_t n, std::int32_t E, std::int32_t L, bool ide
     const unsigned threads = 128, grid = static_cast<unsigned>((L + kK - 1) / kK);
     const int per = static_cast<int>((n + threads - 1) / threads);  // <= 4
     moe::gpu::g_max_blocks = grid;
-    const std::size_t smem = moe::gpu::owned_smem_bytes(static_cast<int>(threads) / 32, L, kK);
+    const std::size_t smem = moe::gpu::owned_smem_bytes(static_cast<int>(threads) / moe::gpu::kWarpSize, L, kK);
     if (pow2)
       moe::gpu::launch<moe::gpu::owned_kernel<4, kK, true, Src, EpExtras>>("owned", grid, threads, smem, nullptr, src,
                                                                             per, out, ex);

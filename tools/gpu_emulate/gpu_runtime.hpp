@@ -14,6 +14,7 @@
 #include <cstring>
 #include <memory>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "contract.hpp"
@@ -37,8 +38,11 @@ inline EmuDim3 gridDim, blockDim;
 namespace moe {
 namespace gpu {
 
-constexpr int kWarpSize = 32;
-using lane_mask_t = std::uint32_t;
+#ifndef MOE_EMULATE_WARP
+#define MOE_EMULATE_WARP 32  // 64: AMD's CDNA wavefronts (run.sh builds both)
+#endif
+constexpr int kWarpSize = MOE_EMULATE_WARP;
+using lane_mask_t = std::conditional_t<kWarpSize == 64, std::uint64_t, std::uint32_t>;
 using stream_t = void*;
 #define MOE_DEVICE inline
 
@@ -57,8 +61,10 @@ inline int lane_id() { return static_cast<int>(threadIdx.x) % kWarpSize; }
 inline int warp_id() { return static_cast<int>(threadIdx.x) / kWarpSize; }
 inline int warps_per_block() { return static_cast<int>(blockDim.x) / kWarpSize; }
 inline int lowest_lane(std::uint32_t m) { return __builtin_ffs(static_cast<int>(m)) - 1; }
+inline int lowest_lane(std::uint64_t m) { return __builtin_ffsll(static_cast<long long>(m)) - 1; }
 inline lane_mask_t lanes_below() { return (lane_mask_t{1} << lane_id()) - 1; }
 inline int popc(std::uint32_t m) { return __builtin_popcount(m); }
+inline int popc(std::uint64_t m) { return __builtin_popcountll(m); }
 inline void begin_after_prior_grid() {}
 inline void wait_prior_grid() {}
 inline void allow_next_grid() {}

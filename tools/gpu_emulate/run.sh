@@ -20,9 +20,13 @@ if [[ $op == align ]]; then
   sed -i 's/extern __shared__ std::int32_t smem\[\];/std::int32_t* const smem = moe::gpu::dynamic_smem();/' \
     "$out/cuda_hip/align/block_per_expert.cuh"
   grep -q 'dynamic_smem()' "$out/cuda_hip/align/block_per_expert.cuh" || { echo "dynamic shared memory not rewritten"; exit 2; }
-  g++ "${flags[@]}" -I"$out/cuda_hip" -c "$here/tools/gpu_emulate/emulate_align.cpp" -o "$out/align.o"
-  g++ -pthread "$out/align.o" "$lib/libmoe_routing.a" -o "$out/emulate_align"
-  timeout 3600 "$out/emulate_align" ${2:+"$2"}
+  for warp in 32 64; do  # NVIDIA's warps, AMD's CDNA wavefronts (kWarpSize: 16 warps a block_sort block)
+    g++ "${flags[@]}" -DMOE_EMULATE_WARP=$warp -I"$out/cuda_hip" -c "$here/tools/gpu_emulate/emulate_align.cpp" \
+      -o "$out/align$warp.o"
+    g++ -pthread "$out/align$warp.o" "$lib/libmoe_routing.a" -o "$out/emulate_align$warp"
+    echo "== $warp-lane warps"
+    timeout 3600 "$out/emulate_align$warp" ${2:+"$2"}
+  done
   exit
 fi
 cp "$here/tools/gpu_emulate/gpu_runtime.hpp" "$out/"
