@@ -104,6 +104,32 @@ auto with_flag(bool flag, F&& f) {
   return flag ? f(std::true_type{}) : f(std::false_type{});
 }
 
+// The launches of warp_tiny and block_per_expert, for align (NoExtras) and align_ep's one launch (EpExtras).
+template <class Src, class Extras>
+void launch_tiny(const AlignPolicy& p, gpu::stream_t stream, const Src& src, const AlignOut& out, const Extras& extras,
+                 const char* name) {
+  with_flag(p.pow2, [&](auto pow2) {
+    gpu::launch<gpu::tiny_kernel<decltype(pow2)::value, Src, Extras>>(
+        name, LaunchShape{p.grid, p.block, 0, 0, false, p.overlap}, stream, src, out, extras);
+  });
+}
+template <class Src, class Extras>
+void launch_owned(const AlignPolicy& p, const gpu::DeviceCaps& d, gpu::stream_t stream, const Src& src,
+                  const AlignOut& out, const Extras& extras, const char* name) {
+  const int warps = static_cast<int>(p.block) / d.warp_size;
+  const std::size_t smem = gpu::owned_smem_bytes(warps, out.num_experts, p.experts_per_block);
+  with_steps<gpu::kOwnedItems>(p.per, [&](auto per) {
+    // experts_per_block is a power of two: P == it
+    with_steps<gpu::AlignTuning::kOwnedMaxExpertsPerBlock>(p.experts_per_block, [&](auto experts) {
+      with_flag(p.pow2, [&](auto pow2) {  // the block size's form fixed: no branch per padded size
+        gpu::launch<gpu::owned_kernel<decltype(per)::value, decltype(experts)::value, decltype(pow2)::value, Src,
+                                      Extras>>(name, LaunchShape{p.grid, p.block, smem, 0, false, p.overlap}, stream,
+                                               src, p.per, out, extras);
+      });
+    });
+  });
+}
+
 template <class IdT>
 void align_typed(const detail::AlignShape& s, const detail::AlignArgs& a, gpu::stream_t stream) {
   const AlignCaps caps = caps_for_this_call<IdT>();
@@ -123,28 +149,8 @@ void align_typed(const detail::AlignShape& s, const detail::AlignArgs& a, gpu::s
     case AlignPath::kEmpty:
       gpu::check(gpu::memset_async(a.num_tokens_post_pad, 0, sizeof(std::int32_t), stream), "memset post_pad");
       return;
-    case AlignPath::kWarpTiny:
-      with_flag(p.pow2, [&](auto pow2) {
-        gpu::launch<gpu::tiny_kernel<decltype(pow2)::value, gpu::IdSource<IdT>, gpu::NoExtras>>(
-            "tiny_kernel", LaunchShape{p.grid, p.block, 0, 0, false, p.overlap}, stream, src, out, gpu::NoExtras{});
-      });
-      return;
-    case AlignPath::kBlockPerExpert: {
-      const int warps = static_cast<int>(p.block) / d.warp_size;
-      const std::size_t smem = gpu::owned_smem_bytes(warps, s.num_experts, p.experts_per_block);
-      with_steps<gpu::kOwnedItems>(p.per, [&](auto per) {
-        // experts_per_block is a power of two: P == it
-        with_steps<gpu::AlignTuning::kOwnedMaxExpertsPerBlock>(p.experts_per_block, [&](auto experts) {
-          with_flag(p.pow2, [&](auto pow2) {  // the block size's form fixed: no branch per padded size
-            gpu::launch<gpu::owned_kernel<decltype(per)::value, decltype(experts)::value, decltype(pow2)::value,
-                                          gpu::IdSource<IdT>, gpu::NoExtras>>(
-                "owned_kernel", LaunchShape{p.grid, p.block, smem, 0, false, p.overlap}, stream, src, p.per, out,
-                gpu::NoExtras{});
-          });
-        });
-      });
-      return;
-    }
+    case AlignPath::kWarpTiny: launch_tiny(p, stream, src, out, gpu::NoExtras{}, "tiny_kernel"); return;
+    case AlignPath::kBlockPerExpert: launch_owned(p, d, stream, src, out, gpu::NoExtras{}, "owned_kernel"); return;
     case AlignPath::kBlockSort:
       with_flag(p.pow2, [&](auto pow2) {
         gpu::launch<gpu::sort_kernel<decltype(pow2)::value, gpu::IdSource<IdT>>>(
@@ -217,7 +223,9 @@ void align_typed(const detail::AlignShape& s, const detail::AlignArgs& a, gpu::s
 template <class IdT>
 bool align_ep_one_launch_typed(const detail::AlignEpShape& s, const detail::AlignEpArgs& a, gpu::stream_t stream) {
   const detail::AlignShape local = detail::local_align_shape(s);
-  if (local.numel > gpu::AlignTuning::kOwnedMaxIds) return false;  // before the policy: no host cost for the rest
+  // before the policy: no host cost where no one-launch form applies
+  constexpr bool kOwnedForm = sizeof(IdT) == 4 || sizeof(IdT) == 8;
+  if (local.numel > (kOwnedForm ? gpu::AlignTuning::kOwnedMaxIds : gpu::AlignTuning::kTinyMaxIds)) return false;
   const AlignCaps caps = caps_for_this_call<IdT>();
   const AlignPolicy p = policy_for_this_call(local, caps);
   const std::int32_t L = s.num_local_experts;
@@ -227,26 +235,12 @@ bool align_ep_one_launch_typed(const detail::AlignEpShape& s, const detail::Alig
                                    Digit{0, gpu::bits_for(L)}};
   const gpu::EpExtras extras{a.expert_counts, a.token_positions, L};
   if (p.path == AlignPath::kWarpTiny) {
-    with_flag(p.pow2, [&](auto pow2) {
-      gpu::launch<gpu::tiny_kernel<decltype(pow2)::value, gpu::MappedSource<IdT>, gpu::EpExtras>>(
-          "tiny_kernel (align_ep)", LaunchShape{p.grid, p.block, 0, 0, false, p.overlap}, stream, src, out, extras);
-    });
+    launch_tiny(p, stream, src, out, extras, "tiny_kernel (align_ep)");
     return true;
   }
-  if constexpr (sizeof(IdT) == 4 || sizeof(IdT) == 8) {
+  if constexpr (kOwnedForm) {
     if (p.path == AlignPath::kBlockPerExpert) {
-      const std::size_t smem =
-          gpu::owned_smem_bytes(static_cast<int>(p.block) / caps.device.warp_size, L, p.experts_per_block);
-      with_steps<gpu::kOwnedItems>(p.per, [&](auto per) {
-        with_steps<gpu::AlignTuning::kOwnedMaxExpertsPerBlock>(p.experts_per_block, [&](auto experts) {
-          with_flag(p.pow2, [&](auto pow2) {
-            gpu::launch<gpu::owned_kernel<decltype(per)::value, decltype(experts)::value, decltype(pow2)::value,
-                                          gpu::MappedSource<IdT>, gpu::EpExtras>>(
-                "owned_kernel (align_ep)", LaunchShape{p.grid, p.block, smem, 0, false, p.overlap}, stream, src,
-                p.per, out, extras);
-          });
-        });
-      });
+      launch_owned(p, caps.device, stream, src, out, extras, "owned_kernel (align_ep)");
       return true;
     }
   }
@@ -255,7 +249,8 @@ bool align_ep_one_launch_typed(const detail::AlignEpShape& s, const detail::Alig
 
 bool align_ep_one_launch(const detail::AlignEpShape& shape, const detail::AlignEpArgs& args, void* stream) {
   return detail::dispatch_id_type(
-      args.id_type, [&](auto tag) { return align_ep_one_launch_typed<decltype(tag)>(shape, args, gpu::to_stream(stream)); });
+      args.id_type,
+      [&](auto tag) { return align_ep_one_launch_typed<decltype(tag)>(shape, args, gpu::to_stream(stream)); });
 }
 
 void align(const detail::AlignShape& shape, const detail::AlignArgs& args, void* stream) {

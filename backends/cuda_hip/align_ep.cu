@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "align/common.cuh"
 #include "backend.hpp"
 #include "dispatch.hpp"
 #include "device_caps.hpp"
@@ -47,13 +48,6 @@ unsigned grid_for(std::int64_t work) {
   return static_cast<unsigned>(std::max<std::int64_t>(1, std::min(blocks, cap)));
 }
 
-// An id is kept when below `limit` as an unsigned value (negative ids convert to values past any limit).
-template <class IdT>
-__device__ __forceinline__ bool kept(IdT v, std::int32_t limit) {
-  using U = std::conditional_t<sizeof(IdT) <= 4, std::uint32_t, std::uint64_t>;
-  return static_cast<U>(v) < static_cast<U>(limit);
-}
-
 // mapped[i] = expert_map[ids[i]] when ids[i] is in [0, num_experts) and that entry in [0, num_local_experts),
 // else -1. The map is read only at kept global ids.
 template <class IdT>
@@ -66,9 +60,9 @@ __global__ void __launch_bounds__(kEpThreads)
   for (std::uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < static_cast<std::uint32_t>(n); i += stride) {
     const IdT v = ids[i];
     std::int32_t local = -1;
-    if (kept(v, num_experts)) {
+    if (gpu::in_range(v, num_experts)) {
       const std::int32_t m = expert_map[static_cast<std::int64_t>(v)];
-      local = kept(m, num_local_experts) ? m : -1;
+      local = gpu::in_range(m, num_local_experts) ? m : -1;
     }
     mapped[i] = local;
   }
@@ -102,7 +96,7 @@ __global__ void __launch_bounds__(kEpThreads)
   for (std::uint32_t x = blockIdx.x * blockDim.x + threadIdx.x; x < static_cast<std::uint32_t>(work); x += stride) {
     const auto xi = static_cast<std::int32_t>(x);
     if (positions != nullptr) {
-      if (xi < n && !kept(ids[xi], limit)) positions[xi] = -1;
+      if (xi < n && !gpu::in_range(ids[xi], limit)) positions[xi] = -1;
       if (xi < total) {
         const std::int32_t i = sorted[xi];
         if (i < n) positions[i] = xi;

@@ -8,7 +8,6 @@
 namespace moe {
 namespace gpu {
 
-
 // At most 32 ids, any number of experts. Every warp holds all ids, one per lane, and derives the
 // layout from them alone: the experts present and their counts (match_bucket), each one's padded start (the
 // padded counts of present experts with smaller numbers). Nothing is kept per expert, so 65536 experts cost
